@@ -1,0 +1,26 @@
+"""Gymnasium environments with rubric channels for long-horizon LLM agents.
+
+Importing this package registers ``ALFWorld-Rubric-v0`` and ``WebShop-Rubric-v0`` with
+Gymnasium (no engine is imported until an environment is made).
+
+Example:
+    >>> import gymnasium as gym
+    >>> import agent_envs
+    >>> "ALFWorld-Rubric-v0" in gym.registry and "WebShop-Rubric-v0" in gym.registry
+    True
+"""
+
+from agent_envs.registration import ENV_IDS, register_envs
+from agent_envs.trajectory import Step, Trajectory, TrajectoryFormatError, load_jsonl, save_jsonl
+
+register_envs()
+
+__all__ = [
+    "ENV_IDS",
+    "Step",
+    "Trajectory",
+    "TrajectoryFormatError",
+    "load_jsonl",
+    "register_envs",
+    "save_jsonl",
+]
