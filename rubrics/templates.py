@@ -232,7 +232,6 @@ def available_templates() -> dict[str, list[str]]:
     return {d.name: sorted(p.stem for p in d.glob("*.toml")) for d in sorted(root.iterdir()) if d.is_dir()}
 
 
-@lru_cache(maxsize=None)
 def load_template(env: str, family: str) -> Template:
     """Load and validate the shipped template of a task family.
 
@@ -253,6 +252,12 @@ def load_template(env: str, family: str) -> Template:
         if env == "alfworld":
             known = list(ALFWORLD_TASK_TYPES) + known
         raise ValueError(f"no template for {env!r} family {family!r}; known: {', '.join(known)}")
+    return _load_file(path, env)
+
+
+@lru_cache(maxsize=None)
+def _load_file(path: Path, env: str) -> Template:
+    """Parse and validate one template file (cached: templates are immutable)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:

@@ -1,0 +1,78 @@
+"""Import hygiene and the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def test_rubrics_and_wrappers_import_no_torch_or_engine() -> None:
+    code = (
+        "import sys, rubrics, wrappers, wrappers.credit; "
+        "wrappers.credit.available_estimators(); "
+        "bad = [m for m in ('torch', 'alfworld', 'textworld', 'transformers', 'flask', 'bm25s', "
+        "'sentence_transformers', 'selenium') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout}"
+
+
+def test_agent_envs_import_registers_without_engines() -> None:
+    code = (
+        "import sys, gymnasium as gym, agent_envs; "
+        "assert 'ALFWorld-Rubric-v0' in gym.registry and 'WebShop-Rubric-v0' in gym.registry; "
+        "print(','.join(m for m in ('torch', 'alfworld', 'textworld', 'flask') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def _commands(args: list[str]) -> list[str]:
+    """Subcommand names listed by ``rubricgym ARGS --help``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "trainers.cli", *args, "--help"],
+        capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""}, check=True,
+    ).stdout
+    names, in_block = [], False
+    for line in out.splitlines():
+        if "Commands" in line:
+            in_block = True
+            continue
+        if in_block:
+            if line.startswith("╰"):
+                break
+            parts = line.strip("│ ").split()
+            if parts:
+                names.append(parts[0])
+    return names
+
+
+def test_every_subcommand_has_help() -> None:
+    top = _commands([])
+    assert {"data", "envs"} <= set(top)
+    seen = 0
+    stack = [[c] for c in top]
+    while stack:
+        path = stack.pop()
+        result = subprocess.run(
+            [sys.executable, "-m", "trainers.cli", *path, "--help"],
+            capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""},
+        )
+        assert result.returncode == 0, f"rubricgym {' '.join(path)} --help failed: {result.stderr}"
+        assert "Usage:" in result.stdout
+        seen += 1
+        stack.extend(path + [c] for c in _commands(path)) if "Commands" in result.stdout else None
+    assert seen >= len(top)
+
+
+@pytest.mark.parametrize("module", ["rubrics", "wrappers", "agent_envs", "trainers", "wrappers.credit"])
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(module)
+    result = doctest.testmod(mod)
+    assert result.failed == 0
