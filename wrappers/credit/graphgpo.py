@@ -1,0 +1,141 @@
+"""GraphGPO: credit from distances to success on the group's transition graph (SPEC §4.3).
+
+Per task the sibling trajectories are merged into a :class:`~wrappers.credit.graph.TransitionGraph`
+(nodes = canonical states, edges = observed transitions, successful terminal transitions
+enter a virtual success node).  Reverse BFS with unit cost gives D(s), the distance to
+success [GraphGPO notes §5.2]; states that cannot reach success get max finite D + 1
+(``unreachable="max_plus_one"``, the papers' code) or a decayed term of 0
+(``unreachable="zero"``, MileGPO's convention).
+
+* R^graph_t = success_reward·γ^{D(s_{t+1})}, D(success) = 0.  We follow SPEC §4.3 and
+  MCGPO A.3 (the public code's exponent D(s′)); the GraphGPO paper's Eq. 4 writes
+  γ^{D(s′)+1}, a global factor γ that mean/std normalisation cancels.
+* A^G = Norm over the rows sharing (task, source state); singletons get 0 [notes §5.3].
+* A = step_weight·A^G + episode_weight·Norm_task(Z_i), Z_{i,t} = O_i + penalty_{i,t}
+  [notes §5.3, β^G = β^E = 1; MCGPO A.3 Eq. 12].
+
+The graph return carries no penalty term: SPEC §4.3 defines it from distances only (an
+invalid action that leaves the state unchanged is already a self-loop that makes no
+progress); penalties enter through Z in the episode term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent_envs.trajectory import Trajectory
+from wrappers.credit.base import CreditResult, Estimator, register_estimator
+from wrappers.credit.common import NORMS, check_choice, task_norm
+from wrappers.credit.graph import UNREACHABLE, TransitionGraph, graph_stats, segment_normalize
+
+__all__ = ["GraphGPO", "GraphCredit", "graphgpo_credit"]
+
+
+@dataclass
+class GraphCredit:
+    """GraphGPO credit of one group with its parts.
+
+    Attributes:
+        advantages: A per trajectory (step_weight·A^G + episode_weight·A^E).
+        step: A^G per trajectory (unweighted).
+        episode: A^E = Norm_task(Z) per trajectory (unweighted).
+        returns: R^graph per trajectory.
+        graph: The group's transition graph.
+        stats: :func:`~wrappers.credit.graph.graph_stats` diagnostics.
+    """
+
+    advantages: list[np.ndarray]
+    step: list[np.ndarray]
+    episode: list[np.ndarray]
+    returns: list[np.ndarray]
+    graph: TransitionGraph
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def graphgpo_credit(
+    group: Sequence[Trajectory],
+    *,
+    gamma: float = 0.1,
+    success_reward: float = 10.0,
+    unreachable: str = "max_plus_one",
+    norm: str = "mean_std",
+    step_weight: float = 1.0,
+    episode_weight: float = 1.0,
+    episode_norm: str = "rows",
+    graph: TransitionGraph | None = None,
+) -> GraphCredit:
+    """GraphGPO task credit for one group (the public entry point MCGPO builds on).
+
+    Args:
+        group: The sibling trajectories of one task (already validated).
+        gamma: Distance discount γ (0.1 ALFWorld, 0.2 WebShop).
+        success_reward: Return scale (10).
+        unreachable: ``"max_plus_one"`` or ``"zero"``.
+        norm: ``"mean_std"`` or ``"mean"``.
+        step_weight, episode_weight: β^G and β^E.
+        episode_norm: ``"rows"`` or ``"trajectories"`` (see :func:`~wrappers.credit.common.task_norm`).
+        graph: A prebuilt graph of ``group`` (built when omitted).
+
+    Example:
+        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], success=True)
+        >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")])
+        >>> c = graphgpo_credit([win, loss])
+        >>> [r.round(4).tolist() for r in c.returns]     # D = 1, 0 | 3 (= max 2 + 1), 3
+        [[1.0, 10.0], [0.01, 0.01]]
+        >>> [a.round(4).tolist() for a in c.step]
+        [[0.7071, 0.0], [-0.7071, 0.0]]
+    """
+    g = TransitionGraph(group) if graph is None else graph
+    r = g.graph_returns(gamma, success_reward, unreachable)
+    step = segment_normalize(r, g.src, norm, g.n_nodes) if r.size else r
+    episode = task_norm(group, norm, episode_norm)
+    step_l = g.split(step)
+    adv = [step_weight * s + episode_weight * e for s, e in zip(step_l, episode)]
+    return GraphCredit(adv, step_l, episode, g.split(r), g, graph_stats(g, unreachable))
+
+
+@register_estimator("graphgpo")
+class GraphGPO(Estimator):
+    """Graph-based Group Policy Optimisation [GraphGPO notes §5; MCGPO A.3].
+
+    Args:
+        gamma: Distance discount γ of R^graph = success_reward·γ^D (0.1 ALFWorld; use 0.2
+            for WebShop).
+        success_reward: Return of reaching success (10).
+        unreachable: ``"max_plus_one"`` (default) or ``"zero"``.
+        norm: ``"mean_std"`` or ``"mean"``.
+        step_weight: β^G (1).
+        episode_weight: β^E (1).
+        episode_norm: ``"rows"`` or ``"trajectories"``.
+
+    ``CreditResult.shaped_rewards`` holds R^graph; ``stats`` holds ``nodes``, ``edges``,
+    ``reuse_rate``, ``success_reachable_share``, ``tie_rate`` (see
+    :func:`~wrappers.credit.graph.graph_stats`).
+    """
+
+    def __init__(self, *, gamma: float = 0.1, success_reward: float = 10.0, unreachable: str = "max_plus_one",
+                 norm: str = "mean_std", step_weight: float = 1.0, episode_weight: float = 1.0,
+                 episode_norm: str = "rows") -> None:
+        check_choice("norm", norm, NORMS)
+        check_choice("unreachable", unreachable, UNREACHABLE)
+        check_choice("episode_norm", episode_norm, ("rows", "trajectories"))
+        if not 0.0 < gamma <= 1.0:
+            raise ValueError(f"gamma must lie in (0, 1]; got {gamma}")
+        self.gamma = float(gamma)
+        self.success_reward = float(success_reward)
+        self.unreachable = unreachable
+        self.norm = norm
+        self.step_weight = float(step_weight)
+        self.episode_weight = float(episode_weight)
+        self.episode_norm = episode_norm
+
+    def compute_group(self, group: Sequence[Trajectory]) -> CreditResult:
+        c = graphgpo_credit(group, gamma=self.gamma, success_reward=self.success_reward,
+                            unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
+                            episode_weight=self.episode_weight, episode_norm=self.episode_norm)
+        return CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats)
