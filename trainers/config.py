@@ -1,0 +1,340 @@
+"""Training configuration: a typed dataclass, presets, YAML/TOML files and CLI overrides.
+
+Every field carries its help text in ``metadata["help"]`` (TRL style); ``rubricgym train
+--help-config`` prints them.  A configuration is validated before any work starts; a bad
+value raises :class:`ConfigError` naming the field and the allowed values.
+
+Example:
+    >>> cfg = load_config("demo", overrides=["group_size=4", "estimator=grpo"])
+    >>> cfg.group_size, cfg.estimator
+    (4, 'grpo')
+    >>> load_config("demo", overrides=["action_mode=shout"])
+    Traceback (most recent call last):
+    ...
+    trainers.config.ConfigError: action_mode must be one of 'generate', 'choose'; got 'shout'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "TrainConfig",
+    "ConfigError",
+    "PRESETS_DIR",
+    "available_presets",
+    "load_config",
+    "apply_overrides",
+    "config_help",
+]
+
+PRESETS_DIR = Path(__file__).resolve().parent / "presets"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the field and what is allowed."""
+
+
+def _f(default: Any, help: str, choices: tuple[Any, ...] | None = None, **kw: Any) -> Any:
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = choices
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata=meta)
+    return field(default=default, metadata=meta, **kw)
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs (defaults = the papers' ALFWorld recipe, SPEC §5)."""
+
+    # --- environment and tasks ---------------------------------------------------------
+    env_id: str = _f("ALFWorld-Rubric-v0", "Gymnasium id of the environment (a registered rubricgym id or any id whose env follows SPEC §2).")
+    env_kwargs: dict = _f({}, "Keyword arguments for gym.make (e.g. {max_steps = 50}).")
+    train_split: str = _f("train", "Task split the training tasks come from (passed as options['split'] to reset).")
+    val_split: str = _f("valid_seen", "Task split of the fixed validation set.")
+    train_tasks: int = _f(0, "Number of training task indices to sample from (0 = every task the environment reports for the split).")
+    val_tasks: int = _f(128, "Size of the fixed validation set (the first N task indices of val_split).")
+    max_steps: int = _f(50, "Episode horizon in decisions (ALFWorld 50, WebShop 15).")
+    env_workers: int = _f(0, "Worker processes that step the environments (0 = step them in the trainer process).")
+
+    # --- model ---------------------------------------------------------------------------
+    model: str = _f("smollm2", "Policy: 'tiny-llama', 'tiny-qwen2' (random, for tests), 'smollm2' (packaged SmolLM2-135M-Instruct), a local folder or a hub id.")
+    dtype: str = _f("auto", "Parameter dtype; 'auto' = bfloat16 on a bf16-capable GPU, float32 otherwise.", ("auto", "float32", "bfloat16", "float16"))
+    mixed_precision: str = _f("auto", "Accelerate mixed precision; 'auto' = bf16 where the device supports it, else none.", ("auto", "no", "bf16", "fp16"))
+    lora: bool = _f(False, "Train peft LoRA adapters instead of all weights (the reference policy is then the base model with adapters disabled).")
+    lora_r: int = _f(16, "LoRA rank.")
+    lora_alpha: int = _f(32, "LoRA alpha.")
+    lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the rollout and training policies identical).")
+    lora_target_modules: list = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "Module names that get LoRA adapters.")
+    gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
+
+    # --- prompts and rollouts --------------------------------------------------------------
+    action_mode: str = _f("generate", "'generate': the policy writes free text that is parsed into an action (the papers' setting); 'choose': the policy scores every admissible action by its log-probability and samples among them (always valid).", ("generate", "choose"))
+    prompt_style: str = _f("think", "'think': reason in <think>...</think> then answer <action>...</action>; 'action_only': answer only <action>...</action>.", ("think", "action_only"))
+    history_length: int = _f(2, "How many recent (observation, action) pairs the prompt shows.")
+    list_actions: bool = _f(True, "Show the admissible actions in the prompt.")
+    max_prompt_tokens: int = _f(2048, "Prompts longer than this are cut from the left (the history goes first).")
+    max_response_tokens: int = _f(512, "Longest generated response.")
+    groups_per_update: int = _f(16, "P: task groups per update.")
+    group_size: int = _f(8, "G: sibling rollouts per task group.")
+    temperature: float = _f(1.0, "Rollout sampling temperature.")
+    top_p: float = _f(1.0, "Rollout nucleus sampling (1 = off).")
+    val_temperature: float = _f(0.4, "Validation sampling temperature.")
+    backend: str = _f("transformers", "Generation backend: 'transformers' (generate; CPU and GPU) or 'vllm' (GPU, when installed).", ("transformers", "vllm"))
+    rollout_batch_size: int = _f(64, "Most sequences generated or scored in one forward batch.")
+    save_rollouts: bool = _f(True, "Write each update's trajectories to rollouts/update_XXXXX.jsonl.")
+
+    # --- credit and objective ---------------------------------------------------------------
+    estimator: str = _f("graphgpo", "Credit estimator by name (wrappers.credit.available_estimators()).")
+    estimator_params: dict = _f({}, "Keyword parameters of the estimator (e.g. {gamma = 0.1}).")
+    pair_coef: float = _f(0.05, "λ_pair: weight of MCGPO's pairwise loss (used when the estimator returns pairs).")
+    clip_ratio: float = _f(0.2, "PPO clip ε: ρ is clipped to [1-ε, 1+ε].")
+    dual_clip: float = _f(3.0, "Dual-clip constant c: for A < 0 the loss is min(ℓ_clip, -c·A).")
+    kl_coef: float = _f(0.01, "Weight of the k3 KL estimate to the frozen reference policy (0 = no reference).")
+    kl_clip: float = _f(10.0, "The k3 estimate is clipped to [-kl_clip, kl_clip].")
+    entropy_coef: float = _f(0.001, "Entropy bonus weight.")
+
+    # --- optimisation -------------------------------------------------------------------------
+    learning_rate: float = _f(1e-6, "AdamW learning rate.")
+    weight_decay: float = _f(0.01, "AdamW weight decay.")
+    lr_schedule: str = _f("constant", "Learning-rate schedule.", ("constant", "linear", "cosine"))
+    warmup_updates: int = _f(0, "Linear warm-up length in optimizer steps.")
+    max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
+    ppo_epochs: int = _f(1, "Passes over each update's rows.")
+    mini_batches: int = _f(1, "Optimizer steps per epoch (the rows are split into this many mini-batches).")
+    micro_batch_rows: int = _f(8, "Rows per forward/backward (gradient accumulation fills a mini-batch); must be ≥ 2 when pairs are used.")
+    logprob_batch_rows: int = _f(16, "Rows per no-grad forward when computing old/reference log-probs.")
+
+    # --- schedule, evaluation, output ------------------------------------------------------------
+    updates: int = _f(250, "Number of policy updates.")
+    eval_every: int = _f(5, "Validate every N updates (and before the first and after the last).")
+    eval_at_start: bool = _f(True, "Also validate before the first update.")
+    save_every: int = _f(5, "Write a checkpoint every N updates (and at the end).")
+    keep_checkpoints: int = _f(2, "How many complete checkpoints to keep.")
+    seed: int = _f(0, "Random seed (task sampling, generation, initialisation).")
+    output_dir: str = _f("runs", "Parent folder of run folders.")
+    run_name: str = _f("", "Run folder name (default: preset-estimator-seed-timestamp).")
+    tensorboard: bool = _f(True, "Also write TensorBoard event files.")
+    progress: bool = _f(True, "Show a progress bar.")
+    preset: str = _f("", "Name of the preset this configuration came from (informational).")
+
+    def validate(self) -> TrainConfig:
+        """Check every field; raise :class:`ConfigError` naming the first bad one."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            choices = f.metadata.get("choices")
+            if choices is not None and value not in choices:
+                raise ConfigError(f"{f.name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+            _check_type(f.name, value, _field_types()[f.name])
+        positive = ("groups_per_update", "group_size", "max_steps", "max_prompt_tokens", "max_response_tokens",
+                    "rollout_batch_size", "ppo_epochs", "mini_batches", "micro_batch_rows",
+                    "logprob_batch_rows", "updates", "eval_every", "save_every", "keep_checkpoints",
+                    "lora_r", "lora_alpha")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be an integer ≥ 1; got {getattr(self, name)!r}")
+        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be an integer ≥ 0; got {getattr(self, name)!r}")
+        for name in ("temperature", "val_temperature", "learning_rate"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0; got {getattr(self, name)!r}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1]; got {self.top_p!r}")
+        if not 0 < self.clip_ratio < 1:
+            raise ConfigError(f"clip_ratio must be in (0, 1); got {self.clip_ratio!r}")
+        if not self.dual_clip > 1:
+            raise ConfigError(f"dual_clip must be > 1; got {self.dual_clip!r}")
+        for name in ("kl_coef", "kl_clip", "entropy_coef", "pair_coef", "weight_decay", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be ≥ 0; got {getattr(self, name)!r}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"lora_dropout must be in [0, 1); got {self.lora_dropout!r}")
+        if self.pair_coef > 0 and self.micro_batch_rows < 2 and self.estimator == "mcgpo":
+            raise ConfigError("micro_batch_rows must be ≥ 2 when estimator='mcgpo' (both rows of a pair share a micro-batch)")
+        if self.action_mode == "choose" and self.backend == "vllm":
+            raise ConfigError("backend must be 'transformers' when action_mode='choose' (choose scores actions with the training model)")
+        self._validate_estimator()
+        return self
+
+    def _validate_estimator(self) -> None:
+        from wrappers.credit import available_estimators, get_estimator  # noqa: PLC0415  (numpy only)
+
+        names = available_estimators()
+        if self.estimator not in names:
+            raise ConfigError(f"estimator must be one of {', '.join(map(repr, names))}; got {self.estimator!r}")
+        try:
+            get_estimator(self.estimator, **self.estimator_params)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"estimator_params: {exc}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (JSON/YAML/TOML friendly)."""
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the configuration as YAML (or JSON when the suffix is ``.json``)."""
+        path = Path(path)
+        data = self.to_dict()
+        if path.suffix == ".json":
+            path.write_text(json.dumps(data, indent=2) + "\n")
+        else:
+            import yaml  # noqa: PLC0415
+
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _field_types() -> dict[str, Any]:
+    global _TYPES
+    if _TYPES is None:
+        _TYPES = typing.get_type_hints(TrainConfig)
+    return _TYPES
+
+
+_TYPES: dict[str, Any] | None = None
+
+
+def _check_type(name: str, value: Any, tp: Any) -> None:
+    origin = typing.get_origin(tp) or tp
+    if origin is bool:
+        ok = isinstance(value, bool)
+    elif origin is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif origin is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif origin in (dict, list, str):
+        ok = isinstance(value, origin)
+    else:  # pragma: no cover
+        ok = True
+    if not ok:
+        raise ConfigError(f"{name} must be of type {getattr(origin, '__name__', origin)}; got {value!r}")
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    """Convert a value read from a file or the command line to the field's type."""
+    tp = _field_types()[name]
+    origin = typing.get_origin(tp) or tp
+    if origin is float and isinstance(raw, int) and not isinstance(raw, bool):
+        return float(raw)
+    if origin is str and not isinstance(raw, str) and raw is not None:
+        return str(raw)
+    return raw
+
+
+def available_presets() -> list[str]:
+    """Names of the packaged presets (``trainers/presets/*.toml|yaml``)."""
+    return sorted({p.stem for p in PRESETS_DIR.glob("*") if p.suffix in (".toml", ".yaml", ".yml")})
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        if path.suffix == ".toml":
+            if sys.version_info >= (3, 11):
+                import tomllib  # noqa: PLC0415
+            else:  # pragma: no cover
+                import tomli as tomllib  # noqa: PLC0415
+            data = tomllib.loads(path.read_text())
+        elif path.suffix in (".yaml", ".yml", ".json"):
+            import yaml  # noqa: PLC0415
+
+            data = yaml.safe_load(path.read_text()) or {}
+        else:
+            raise ConfigError(f"config file {path} must end in .toml, .yaml, .yml or .json")
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001  (tomllib/yaml errors differ)
+        raise ConfigError(f"config file {path} could not be parsed: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of field = value")
+    return data
+
+
+def _from_mapping(data: dict[str, Any], base: TrainConfig | None = None, source: str = "config") -> TrainConfig:
+    cfg = base if base is not None else TrainConfig()
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key, value in data.items():
+        if key not in names:
+            close = [n for n in names if n.split("_")[0] == key.split("_")[0]]
+            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+            raise ConfigError(f"{source}: unknown field {key!r}{hint}")
+        setattr(cfg, key, _coerce(key, value))
+    return cfg
+
+
+def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """Apply ``field=value`` strings (values parsed as YAML: ``3``, ``1e-5``, ``true``,
+    ``{gamma: 0.1}``, ``[a, b]``); ``env_kwargs.max_steps=8`` sets one key of a dict field."""
+    import yaml  # noqa: PLC0415
+
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like field=value")
+        key, raw = item.split("=", 1)
+        key = key.strip().lstrip("-").replace("-", "_")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if "." in key:
+            head, sub = key.split(".", 1)
+            current = getattr(cfg, head, None)
+            if not isinstance(current, dict):
+                raise ConfigError(f"override {item!r}: {head!r} is not a dict field")
+            current[sub] = value
+            continue
+        _from_mapping({key: value}, cfg, source="override")
+    return cfg
+
+
+def load_config(source: str | os.PathLike[str] | None = None, overrides: list[str] | None = None, *, validate: bool = True) -> TrainConfig:
+    """Build a configuration from a preset name or a file, then apply overrides.
+
+    Args:
+        source: A preset name (``available_presets()``), a ``.toml``/``.yaml``/``.json``
+            file, or ``None`` for the defaults.  A file may name ``preset = "..."`` to start
+            from a preset.
+        overrides: ``field=value`` strings (see :func:`apply_overrides`).
+        validate: Run :meth:`TrainConfig.validate`.
+    """
+    cfg = TrainConfig()
+    if source is not None:
+        source = str(source)
+        path = Path(source)
+        if path.suffix in (".toml", ".yaml", ".yml", ".json") and path.exists():
+            data = _read_file(path)
+            if data.get("preset"):
+                cfg = load_config(data["preset"], validate=False)
+            cfg = _from_mapping(data, cfg, source=str(path))
+        elif source in available_presets():
+            preset_path = next(p for p in sorted(PRESETS_DIR.glob(source + ".*")))
+            cfg = _from_mapping(_read_file(preset_path), cfg, source=str(preset_path))
+            cfg.preset = source
+        else:
+            raise ConfigError(
+                f"config {source!r} is neither a file nor a preset; presets: {', '.join(available_presets())}"
+            )
+    if overrides:
+        apply_overrides(cfg, overrides)
+    return cfg.validate() if validate else cfg
+
+
+def config_help() -> list[tuple[str, str, str, str]]:
+    """``(name, type, default, help)`` for every field (for ``--help-config``)."""
+    out = []
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        tp = _field_types()[f.name]
+        help_text = f.metadata["help"]
+        if "choices" in f.metadata:
+            help_text += " Choices: " + ", ".join(map(str, f.metadata["choices"])) + "."
+        out.append((f.name, getattr(tp, "__name__", str(tp)), repr(default), help_text))
+    return out

@@ -1,0 +1,122 @@
+"""Per-step prompts and response parsing (SPEC §7).
+
+The policy sees the task, the current observation, (optionally) the admissible actions and,
+after the first step, the most recent (observation, action) pairs.  It answers either with
+reasoning in ``<think>…</think>`` followed by ``<action>…</action>`` (``style="think"``) or
+with the action block alone (``style="action_only"``).  The wording is our own.
+
+Example:
+    >>> p = build_prompt("put a mug in the sink", "You see a mug 1.", ["take mug 1", "look"],
+    ...                  history=[], style="action_only")
+    >>> "put a mug in the sink" in p and "take mug 1" in p
+    True
+    >>> parse_action("<think>the mug first</think><action> take mug 1 </action>", ["take mug 1", "look"])
+    ('take mug 1', True)
+    >>> parse_action("no tags here", ["look"])
+    ('no tags here', False)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["build_prompt", "build_messages", "parse_action", "format_action", "STYLES"]
+
+STYLES = ("think", "action_only")
+
+_INSTRUCTIONS = {
+    "think": (
+        "First think about what to do next, step by step, inside <think> </think>. "
+        "Then give exactly one action from the list inside <action> </action>."
+    ),
+    "action_only": "Reply with exactly one action from the list, written as <action>the action</action>, and nothing else.",
+}
+
+_ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
+
+
+def build_prompt(
+    goal: str,
+    observation: str,
+    admissible: Sequence[str],
+    history: Sequence[tuple[str, str]],
+    *,
+    style: str = "think",
+    step: int | None = None,
+    list_actions: bool = True,
+    max_chars: int | None = None,
+) -> str:
+    """The user message for one decision.
+
+    Args:
+        goal: The task sentence.
+        observation: What the agent sees now.
+        admissible: The admissible actions (listed when ``list_actions``).
+        history: The most recent ``(observation, action)`` pairs, oldest first (already
+            cut to the configured length).
+        style: ``"think"`` or ``"action_only"``.
+        step: Number of actions taken so far (defaults to ``len(history)``).
+        list_actions: Show the admissible actions.
+        max_chars: If the prompt is longer, drop the history (oldest first) to fit.
+    """
+    if style not in STYLES:
+        raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
+    history = list(history)
+    while True:
+        text = _render(goal, observation, admissible, history, style, step, list_actions)
+        if max_chars is None or len(text) <= max_chars or not history:
+            return text
+        history = history[1:]
+
+
+def _render(goal: str, observation: str, admissible: Sequence[str], history: list[tuple[str, str]],
+            style: str, step: int | None, list_actions: bool) -> str:
+    taken = len(history) if step is None else step
+    lines = ["You control an agent in a text-based environment.", f"Goal: {goal.strip()}"]
+    if history:
+        lines.append(f"Actions taken so far: {taken}. The last {len(history)} turn(s):")
+        first = taken - len(history) + 1
+        for k, (obs, act) in enumerate(history):
+            lines.append(f"[turn {first + k}] saw: {obs.strip()}")
+            lines.append(f"[turn {first + k}] did: {act.strip()}")
+    lines.append(f"Now (turn {taken + 1}) you see: {observation.strip()}")
+    if list_actions:
+        lines.append("Possible actions: " + " | ".join(a.strip() for a in admissible))
+    lines.append(_INSTRUCTIONS[style])
+    return "\n".join(lines)
+
+
+def build_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
+    """Chat messages for a prompt (a system message only when one is given)."""
+    msgs = [{"role": "system", "content": system}] if system else []
+    msgs.append({"role": "user", "content": prompt})
+    return msgs
+
+
+def format_action(action: str) -> str:
+    """The response text that names ``action`` (what ``choose`` mode scores and trains on)."""
+    return f"<action>{action}</action>"
+
+
+def parse_action(response: str, admissible: Sequence[str] | None = None) -> tuple[str, bool]:
+    """Extract the action from a response.
+
+    Returns:
+        ``(action, ok)``: ``ok`` is False when there is no complete ``<action>`` block (the
+        whole stripped response is then returned as the attempted action) or when the action
+        is not admissible.  Matching against ``admissible`` ignores case and surrounding
+        whitespace and returns the canonical spelling.  The last block wins when there are
+        several.
+    """
+    found = _ACTION_RE.findall(response)
+    if not found:
+        return response.strip()[:500], False
+    action = " ".join(found[-1].split())
+    if admissible is None:
+        return action, bool(action)
+    canon = {" ".join(a.split()).lower(): a for a in admissible}
+    hit = canon.get(action.lower())
+    if hit is None:
+        return action, False
+    return hit, True
