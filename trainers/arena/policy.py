@@ -1,0 +1,392 @@
+"""The arena's policy: a softmax over the admissible actions with hashed linear scores.
+
+The arena needs a policy that learns within minutes on one CPU core and whose every
+quantity (log-probabilities, entropies, gradients) is exact and cheap, so that the
+difference between two runs is the credit estimator and nothing else.  This module gives
+one, in pure numpy:
+
+* :class:`Featurizer` turns one decision — goal, task type, observation, pre-action rubric
+  status, the episode's earlier actions and the admissible actions — into sparse features
+  per action (hashed strings: action verb, goal/action word overlap, goal-word x action-word
+  crosses, rubric channels x verb, repeated-action flags).  Hashing is ``zlib.crc32``, so
+  feature indices are identical in every process (Python's ``hash`` of a string is not).
+* :class:`Decision` holds those features for one decision.
+* :class:`LinearSoftmaxPolicy` scores every admissible action with ``θ·φ(a)`` and samples
+  from ``softmax(score / temperature)``; :meth:`LinearSoftmaxPolicy.evaluate` computes
+  log π(chosen), entropies and their gradients for a batch of decisions at once.
+
+Example:
+    >>> import numpy as np
+    >>> feat = Featurizer(dim=2**12)
+    >>> d = feat.decision(goal="put a clean apple in fridge", task_type="clean",
+    ...                   observation="You see a apple 1 and a fridge 1.",
+    ...                   actions=["take apple 1 from countertop 1", "go to fridge 1", "look"])
+    >>> pol = LinearSoftmaxPolicy(dim=2**12)
+    >>> pol.probabilities(d).round(3).tolist()        # zero weights: uniform
+    [0.333, 0.333, 0.333]
+    >>> a, logp = pol.sample(d, np.random.default_rng(0))
+    >>> round(float(logp), 4) == round(float(np.log(1 / 3)), 4)
+    True
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Decision", "Featurizer", "LinearSoftmaxPolicy", "BatchEval", "segment_softmax"]
+
+_TOKEN = re.compile(r"[a-z]+|\d+")
+#: Words that carry no information about which action fits the goal.
+STOPWORDS = frozenset(
+    "a an the to from in on into onto with of and or for it its at by is are be then some".split()
+)
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text.lower())
+
+
+def _content(tokens: Sequence[str]) -> list[str]:
+    """Alphabetic, non-stopword tokens longer than one character, order kept, no repeats."""
+    seen: dict[str, None] = {}
+    for tok in tokens:
+        if len(tok) > 1 and not tok.isdigit() and tok not in STOPWORDS:
+            seen.setdefault(tok, None)
+    return list(seen)
+
+
+def _verb(action: str) -> str:
+    """The action's verb: the first word, or the command name before ``[`` (WebShop)."""
+    head = action.strip().lower()
+    if "[" in head:
+        head = head.split("[", 1)[0]
+    parts = head.split()
+    return parts[0] if parts else "<empty>"
+
+
+def _argument(action: str) -> str:
+    """The action's argument: text inside ``[...]`` (WebShop), else the words after the verb."""
+    if "[" in action and action.rstrip().endswith("]"):
+        return action[action.index("[") + 1 : action.rstrip().rindex("]")]
+    parts = action.split(None, 1)
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _active(rubric: Mapping[str, Any] | None) -> list[str]:
+    """Rubric channels that are boolean true or a finite positive number (SPEC §3.1 C)."""
+    if not rubric:
+        return []
+    out = []
+    for name, value in rubric.items():
+        if isinstance(value, bool):
+            if value:
+                out.append(str(name))
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            if np.isfinite(value) and value > 0:
+                out.append(str(name))
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Sparse features of every admissible action of one decision.
+
+    Attributes:
+        actions: The admissible actions, in the environment's order.
+        indices: Hashed feature indices of all actions, concatenated (int64).
+        values: Feature values aligned with ``indices`` (float64).
+        owner: For each entry of ``indices``, the position of its action in ``actions``.
+    """
+
+    actions: tuple[str, ...]
+    indices: np.ndarray
+    values: np.ndarray
+    owner: np.ndarray
+
+    @property
+    def n_actions(self) -> int:
+        """Number of admissible actions."""
+        return len(self.actions)
+
+    def __post_init__(self) -> None:
+        if not self.actions:
+            raise ValueError("a decision needs at least one admissible action")
+        if not (len(self.indices) == len(self.values) == len(self.owner)):
+            raise ValueError("indices, values and owner must have the same length")
+
+
+class Featurizer:
+    """Hashed goal/observation/action features for :class:`LinearSoftmaxPolicy`.
+
+    Every action gets these features (``T`` = task type, ``v`` = verb, ``h`` = whether any
+    content word of the action occurs in the goal, ``S`` = sorted active rubric channels):
+
+    * ``bias|v`` and ``type|T|v`` — a prior per verb and task family;
+    * ``goal|T|v`` valued by the share of the action's content words found in the goal, and
+      ``hit|T|v|h``;
+    * ``ctx|v`` — the share of goal words found in the action plus the observation text that
+      follows the action's argument (a WebShop result line's title; an ALFWorld listing);
+    * ``x|g|w`` for every goal word ``g`` and action word ``w`` (scaled by 1/sqrt(count)),
+      letting the policy learn which words go together ("heat" with "microwave");
+    * ``rub|T|S|v|h`` and ``ch|c|v|h`` per active channel ``c`` — progress-conditioned choices;
+    * ``seen|v`` if the action was taken before in this episode, ``last|v`` if it repeats the
+      previous action, ``back|v`` if it repeats the one before.
+
+    Args:
+        dim: Number of hashed weights (a power of two is customary).
+        crosses: Include the goal-word x action-word crosses.
+        context_words: How many observation words after an action's argument count as its
+            context.
+    """
+
+    def __init__(self, dim: int = 2**18, *, crosses: bool = True, context_words: int = 16) -> None:
+        if not isinstance(dim, int) or dim < 16:
+            raise ValueError(f"dim must be an int >= 16, got {dim!r}")
+        self.dim = dim
+        self.crosses = crosses
+        self.context_words = int(context_words)
+        self._cache: dict[str, int] = {}
+
+    def index(self, feature: str) -> int:
+        """Stable hashed index of a feature string (crc32, same in every process)."""
+        idx = self._cache.get(feature)
+        if idx is None:
+            idx = zlib.crc32(feature.encode("utf-8")) % self.dim
+            if len(self._cache) > 1_000_000:
+                self._cache.clear()
+            self._cache[feature] = idx
+        return idx
+
+    def action_features(
+        self,
+        action: str,
+        *,
+        goal_words: frozenset[str],
+        task_type: str,
+        signature: str,
+        channels: Sequence[str],
+        observation_lower: str,
+        history: Sequence[str],
+    ) -> dict[str, float]:
+        """The named features of one action (before hashing)."""
+        verb = _verb(action)
+        words = _content(_tokens(action))
+        args = _content(_tokens(_argument(action)))
+        hits = [w for w in words if w in goal_words]
+        frac = len(hits) / len(words) if words else 0.0
+        h = "1" if hits else "0"
+        feats: dict[str, float] = {
+            f"bias|{verb}": 1.0,
+            f"type|{task_type}|{verb}": 1.0,
+            f"goal|{task_type}|{verb}": frac,
+            f"hit|{task_type}|{verb}|{h}": 1.0,
+            f"rub|{task_type}|{signature}|{verb}|{h}": 1.0,
+        }
+        for ch in channels:
+            feats[f"ch|{ch}|{verb}|{h}"] = 1.0
+        # Context: the argument plus the observation words that follow it.
+        arg_text = _argument(action).strip().lower()
+        ctx_words = set(args)
+        if arg_text and self.context_words > 0:
+            pos = observation_lower.find(arg_text)
+            if pos >= 0:
+                after = observation_lower[pos + len(arg_text) : pos + len(arg_text) + 400]
+                ctx_words.update(_content(_tokens(after)[: self.context_words]))
+        if goal_words:
+            feats[f"ctx|{verb}"] = len(goal_words & ctx_words) / len(goal_words)
+        if self.crosses and goal_words and words:
+            scale = 1.0 / np.sqrt(len(goal_words) * len(words))
+            for g in sorted(goal_words):
+                for w in words:
+                    feats[f"x|{g}|{w}"] = feats.get(f"x|{g}|{w}", 0.0) + scale
+        if history:
+            if action in history:
+                feats[f"seen|{verb}"] = 1.0
+            if history[-1] == action:
+                feats[f"last|{verb}"] = 1.0
+            if len(history) >= 2 and history[-2] == action:
+                feats[f"back|{verb}"] = 1.0
+        return feats
+
+    def decision(
+        self,
+        *,
+        goal: str,
+        task_type: str,
+        observation: str,
+        actions: Sequence[str],
+        rubric: Mapping[str, Any] | None = None,
+        history: Sequence[str] = (),
+    ) -> Decision:
+        """Features of every admissible action of one decision.
+
+        Args:
+            goal: The task's goal text.
+            task_type: The task family (``info["task"]["type"]``).
+            observation: The text the agent sees before acting.
+            actions: The admissible actions (non-empty).
+            rubric: The pre-action rubric status (channel -> value), optional.
+            history: The episode's earlier actions, oldest first.
+
+        Raises:
+            ValueError: no admissible action.
+        """
+        if not actions:
+            raise ValueError("a decision needs at least one admissible action")
+        goal_words = frozenset(_content(_tokens(goal)))
+        channels = _active(rubric)
+        signature = "+".join(channels) if channels else "-"
+        obs = observation.lower()
+        task_type = str(task_type or "-")
+        idx: list[int] = []
+        val: list[float] = []
+        own: list[int] = []
+        for k, action in enumerate(actions):
+            feats = self.action_features(
+                action, goal_words=goal_words, task_type=task_type, signature=signature,
+                channels=channels, observation_lower=obs, history=history,
+            )
+            for name, value in feats.items():
+                if value:
+                    idx.append(self.index(name))
+                    val.append(value)
+                    own.append(k)
+        return Decision(
+            actions=tuple(actions),
+            indices=np.asarray(idx, dtype=np.int64),
+            values=np.asarray(val, dtype=np.float64),
+            owner=np.asarray(own, dtype=np.int64),
+        )
+
+
+def segment_softmax(scores: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Log-softmax within contiguous segments.
+
+    Args:
+        scores: Concatenated logits of all segments.
+        starts: Start offset of every segment (non-empty segments, increasing).
+        seg: For each logit, the index of its segment.
+
+    Returns:
+        ``(log_probs, probs)`` aligned with ``scores``.
+    """
+    m = np.maximum.reduceat(scores, starts)
+    shifted = scores - m[seg]
+    e = np.exp(shifted)
+    z = np.add.reduceat(e, starts)
+    logp = shifted - np.log(z)[seg]
+    return logp, np.exp(logp)
+
+
+@dataclass
+class BatchEval:
+    """Per-decision quantities of a batch under the current weights.
+
+    Attributes:
+        logp: log π(chosen action) per decision (at temperature 1).
+        entropy: Entropy of the full action distribution per decision.
+        grad: A function ``grad(coef_logp, coef_entropy) -> dense gradient`` that returns
+            Σ_r coef_logp[r]·∇θ log π_r(a_r) + coef_entropy[r]·∇θ H_r.
+    """
+
+    logp: np.ndarray
+    entropy: np.ndarray
+    grad: Any
+
+
+class LinearSoftmaxPolicy:
+    """π(a | decision) = softmax over admissible actions of ``θ·φ(a) / temperature``.
+
+    Args:
+        dim: Number of weights (must match the :class:`Featurizer`).
+        weights: Optional initial weights (copied); zeros otherwise (a uniform policy).
+    """
+
+    def __init__(self, dim: int, weights: np.ndarray | None = None) -> None:
+        self.dim = int(dim)
+        if weights is None:
+            self.weights = np.zeros(self.dim, dtype=np.float64)
+        else:
+            weights = np.asarray(weights, dtype=np.float64)
+            if weights.shape != (self.dim,):
+                raise ValueError(f"weights must have shape ({self.dim},), got {weights.shape}")
+            self.weights = weights.copy()
+
+    def copy(self) -> LinearSoftmaxPolicy:
+        """An independent copy (e.g. the frozen reference or the rollout policy)."""
+        return LinearSoftmaxPolicy(self.dim, self.weights)
+
+    def scores(self, decision: Decision) -> np.ndarray:
+        """θ·φ(a) for every admissible action."""
+        contrib = self.weights[decision.indices] * decision.values
+        return np.bincount(decision.owner, weights=contrib, minlength=decision.n_actions)
+
+    def log_probabilities(self, decision: Decision, temperature: float = 1.0) -> np.ndarray:
+        """log π(a) for every admissible action at ``temperature``."""
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        s = self.scores(decision) / temperature
+        s = s - s.max()
+        return s - np.log(np.exp(s).sum())
+
+    def probabilities(self, decision: Decision, temperature: float = 1.0) -> np.ndarray:
+        """π(a) for every admissible action at ``temperature``."""
+        return np.exp(self.log_probabilities(decision, temperature))
+
+    def sample(
+        self, decision: Decision, rng: np.random.Generator, temperature: float = 1.0
+    ) -> tuple[int, float]:
+        """Sample an action; returns ``(index, log π(index))`` at ``temperature``.
+
+        Sampling uses one uniform draw and the cumulative distribution, so the same
+        generator state always picks the same action.
+        """
+        logp = self.log_probabilities(decision, temperature)
+        cdf = np.cumsum(np.exp(logp))
+        k = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+        k = min(k, decision.n_actions - 1)
+        return k, float(logp[k])
+
+    def evaluate(self, decisions: Sequence[Decision], chosen: Sequence[int]) -> BatchEval:
+        """log π(chosen), entropy and a gradient closure for a batch (temperature 1).
+
+        With s the logits, π = softmax(s) and φ_j the features of action j:
+        ∇ log π(a) = φ_a − Σ_j π_j φ_j and ∇H = Σ_j (−π_j (log π_j + H)) φ_j.
+        """
+        if len(decisions) != len(chosen):
+            raise ValueError("decisions and chosen must have the same length")
+        n_act = np.array([d.n_actions for d in decisions], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(n_act)[:-1]]).astype(np.int64)
+        seg = np.repeat(np.arange(len(decisions)), n_act)
+        idx = np.concatenate([d.indices for d in decisions])
+        val = np.concatenate([d.values for d in decisions])
+        counts = np.array([len(d.indices) for d in decisions], dtype=np.int64)
+        own = np.concatenate([d.owner for d in decisions]) + np.repeat(starts, counts)
+        total = int(n_act.sum())
+        s = np.bincount(own, weights=self.weights[idx] * val, minlength=total)
+        logp_all, p_all = segment_softmax(s, starts, seg)
+        chosen_arr = np.asarray(chosen, dtype=np.int64)
+        if np.any(chosen_arr < 0) or np.any(chosen_arr >= n_act):
+            raise ValueError("a chosen action index is out of range for its decision")
+        chosen_global = starts + chosen_arr
+        logp = logp_all[chosen_global]
+        entropy = -np.add.reduceat(p_all * logp_all, starts)
+        dim = self.dim
+
+        def grad(coef_logp: np.ndarray, coef_entropy: np.ndarray | None = None) -> np.ndarray:
+            # d/ds_j of Σ_r c_r log π_r(a_r) = c_r (1[j = a_r] − π_j)
+            coef_logp = np.asarray(coef_logp, dtype=np.float64)
+            ds = -p_all * coef_logp[seg]
+            np.add.at(ds, chosen_global, coef_logp)
+            if coef_entropy is not None:
+                coef_entropy = np.asarray(coef_entropy, dtype=np.float64)
+                ds += coef_entropy[seg] * (-p_all * (logp_all + entropy[seg]))
+            return np.bincount(idx, weights=val * ds[own], minlength=dim)
+
+        return BatchEval(logp=logp, entropy=entropy, grad=grad)
