@@ -1,0 +1,530 @@
+"""MCGPO: matched, evidence-weighted pairwise preferences on GraphGPO credit (SPEC §4.6).
+
+MCGPO keeps GraphGPO's task credit for every row [MCGPO A.3 Eq. 12] and adds a small set
+of pairwise preferences between decision rows of sibling trajectories (Match–Label–Learn,
+[MCGPO §3, App. A, Algorithm 1, Table 6]).  The trainer turns each
+:class:`~wrappers.credit.base.Preference` into c·softplus(−(d_θ(+) − d_θ(−))) [Eq. 6].
+
+Matching-key convention (what environments put on every :class:`~agent_envs.trajectory.Step`)
+-------------------------------------------------------------------------------------------
+::
+
+    step.keys = {"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}
+    step.action_key = a            # the action class (SPEC §3.4)
+
+* ``h_exact`` / ``h_coarse``: hashable pre-action state summaries of SPEC §3.4 / MCGPO
+  Table 5 **without** the rubric signature;
+* ``(C, F)``: the pre-action rubric signature — C the active channels, F the frontier
+  (SPEC §3.2), each a hashable collection (``frozenset`` of channel names; a ``set`` is
+  accepted and frozen).  The first decision's signature is the empty one.
+
+MCGPO forms the context key itself, g = (h^ℓ, C, F) [Eq. 1], so that the ablations can
+recover the parts: ``keys="state"`` uses g = h^ℓ, ``keys="rubric"`` uses g = (C, F) at both
+levels (the two levels then coincide, so the exact level, tried first, decides whenever
+the pair is supported), and ``shuffle_rubric=True`` permutes the (C, F) labels among all
+decision rows of the group (seeded by ``shuffle_seed`` and the task id) before forming g
+[MCGPO §4.3].  A group in which any step lacks a key the chosen mode needs (absent or
+``None``) keeps its task credit, gets no preferences and is counted in ``stats``
+(``missing_keys``) [MCGPO A.1, D.1].
+
+Construction per group (task) and candidate fold c ∈ {0, 1} (a *direction*)
+-------------------------------------------------------------------------------
+* Folds by rollout slot: I_c = {i : slot_i mod 2 = c} (I₀ = {0,2,4,6}, I₁ = {1,3,5,7}).
+* First visits [Eq. 9]: t_i^ℓ(g; b) = min{t ≥ b : g_{i,t}^ℓ = g}; candidates use b = 1,
+  evidence b = 0.
+* Candidate row pairs P_c^ℓ: first-visit rows (b = 1) of two distinct trajectories of fold
+  c with the same key g at level ℓ and different action keys.
+* Evidence E(g, a): trajectories of the evidence fold (fold 1−c; fold c itself with
+  ``evidence="same"``) whose first visit (b = 0) to g took action a; n_a = |E(g, a)|;
+  n* = min(n_a, n_b).
+* Level gate [Eq. 2]: ℓ* = the first of (exact, coarse) with p ∈ P_c^ℓ and n* ≥ m
+  (``min_support``); unsupported pairs are dropped, and a supported exact pair keeps the
+  exact level even if its contrast then fails ε.
+* Label [Eqs. 3–4]: û = p̂(g, a) − p̂(g, b), p̂ = mean success (score ≥
+  ``success_threshold``) over E(g, ·); kept when |û| ≥ ε and û ≠ 0; the row whose action
+  has the larger p̂ is preferred; weight c = |û|·n*/(n* + κ)·q_ℓ*.
+* Selection (made deterministic): rank the qualified comparisons by
+  (max(t_i, t_j) ↑, c ↓, min(t_i, t_j) ↑, lower slot ↑, higher slot ↑, step of the
+  lower-slot row ↑); keep the first per sibling pair (i, j); then accept in that ranking
+  while both rows are unused, up to ``max_pairs`` (2) per task and direction.
+* ``weighting="uniform"`` [MCGPO C.3]: after selection every accepted pair of a direction
+  gets that direction's mean weight (equal weights, original total preserved; selection
+  itself is unchanged).
+
+Because direction c reads outcomes of the evidence fold only, changing the outcomes of
+fold c's trajectories leaves direction c's preferences unchanged [MCGPO A.2 Eq. 10].
+
+Diagnostics (``CreditResult.stats``, all numbers; per group — combine a batch with
+:func:`summarize_pairs`): ``missing_keys`` (0/1), ``candidate_pairs``,
+``supported_pairs``, ``qualified_pairs``, ``pairs``, ``pairs_exact``, ``pairs_coarse``,
+``exact_share``, ``n_star_<k>`` (histogram of n* over accepted pairs), ``contrast_sum``,
+``mean_contrast`` (|û|), ``weight_sum``, ``mean_weight`` (c), ``wins``/``ties``/``losses``
+(preferred vs rejected candidate's own success) and ``agreement`` = (W + T/2)/(W + T + L)
+[MCGPO §4.4, D.3]; means are 0 when there are no pairs.  GraphGPO's graph statistics are
+included too.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from agent_envs.trajectory import Trajectory
+from wrappers.credit.base import CreditInputError, CreditResult, Estimator, Preference, register_estimator
+from wrappers.credit.common import NORMS, check_choice
+from wrappers.credit.graphgpo import graphgpo_credit
+
+__all__ = [
+    "MCGPO",
+    "LEVELS",
+    "KEY_MODES",
+    "Comparison",
+    "mcgpo_pairs",
+    "context_keys",
+    "summarize_pairs",
+]
+
+LEVELS = ("exact", "coarse")
+KEY_MODES = ("joint", "state", "rubric")
+EVIDENCE = ("opposite", "same")
+WEIGHTING = ("evidence", "uniform")
+
+Row = tuple[int, int]  # (trajectory index in the group, step index)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A supported candidate comparison before selection (for inspection and tests).
+
+    Attributes:
+        rows: The two rows ``((i, t), (j, u))`` with i < j (group trajectory indices).
+        fold: Candidate fold (direction) c.
+        level: ℓ*, the level chosen by the support gate.
+        key: The shared context key g at ℓ*.
+        actions: The rows' action keys (a, b).
+        contrast: Signed û = p̂(g, a) − p̂(g, b).
+        support: n* = min(n_a, n_b).
+        weight: c = |û|·n*/(n* + κ)·q_ℓ*.
+        qualified: |û| ≥ ε and û ≠ 0.
+    """
+
+    rows: tuple[Row, Row]
+    fold: int
+    level: str
+    key: Hashable
+    actions: tuple[Hashable, Hashable]
+    contrast: float
+    support: int
+    weight: float
+    qualified: bool
+
+
+def _where(g: int | None, i: int, t: int) -> str:
+    return (f"group {g}, " if g is not None else "") + f"trajectory {i}, step {t}"
+
+
+def _freeze(value: Any, what: str) -> Hashable:
+    if isinstance(value, set):
+        value = frozenset(value)
+    try:
+        hash(value)
+    except TypeError:
+        raise CreditInputError(f"{what} is not hashable ({type(value).__name__}): {value!r}") from None
+    return value
+
+
+def context_keys(
+    group: Sequence[Trajectory],
+    keys: str = "joint",
+    *,
+    shuffle_rubric: bool = False,
+    shuffle_seed: int = 0,
+    group_index: int | None = None,
+) -> dict[str, list[list[Hashable]]] | None:
+    """The context key g^ℓ_{i,t} of every row at both levels [MCGPO Eq. 1].
+
+    Args:
+        group: The task's sibling trajectories.
+        keys: ``"joint"`` (g = (h, C, F)), ``"state"`` (g = h) or ``"rubric"`` (g = (C, F)).
+        shuffle_rubric: Permute the (C, F) labels among all rows of the group first.
+        shuffle_seed: Seed of that permutation (combined with the task id).
+        group_index: Only used to name the group in error messages.
+
+    Returns:
+        ``{level: [[g per step] per trajectory]}``, or ``None`` when a step lacks a key
+        the mode needs (see the module docstring's convention).
+
+    Raises:
+        CreditInputError: a key is not hashable, or a signature is not a (C, F) pair.
+    """
+    check_choice("keys", keys, KEY_MODES)
+    need_h = keys in ("joint", "state")
+    need_sig = keys in ("joint", "rubric")
+    hs: dict[str, list[Hashable]] = {lv: [] for lv in LEVELS}
+    sigs: list[tuple[Hashable, Hashable]] = []
+    for i, traj in enumerate(group):
+        for t, step in enumerate(traj.steps):
+            k = step.keys if isinstance(step.keys, Mapping) else {}
+            if need_h:
+                for lv in LEVELS:
+                    h = k.get(lv)
+                    if h is None:
+                        return None
+                    hs[lv].append(_freeze(h, f"{_where(group_index, i, t)}: keys[{lv!r}]"))
+            if need_sig:
+                sig = k.get("signature")
+                if sig is None:
+                    return None
+                if isinstance(sig, (str, bytes)) or not isinstance(sig, Sequence) or len(sig) != 2:
+                    raise CreditInputError(
+                        f"{_where(group_index, i, t)}: keys['signature'] must be a (C, F) pair, got {sig!r}")
+                w = _where(group_index, i, t)
+                sigs.append((_freeze(sig[0], f"{w}: signature C"), _freeze(sig[1], f"{w}: signature F")))
+    if need_sig and shuffle_rubric and sigs:
+        seed = [int(shuffle_seed) & 0xFFFFFFFF, zlib.crc32(repr(group[0].task_id).encode("utf-8"))]
+        perm = np.random.default_rng(seed).permutation(len(sigs))
+        sigs = [sigs[p] for p in perm]
+    out: dict[str, list[list[Hashable]]] = {}
+    for lv in LEVELS:
+        flat: list[Hashable]
+        if keys == "joint":
+            flat = [(h, c, f) for h, (c, f) in zip(hs[lv], sigs)]
+        elif keys == "state":
+            flat = hs[lv]
+        else:
+            flat = list(sigs)
+        per, k0 = [], 0
+        for traj in group:
+            per.append(flat[k0:k0 + len(traj.steps)])
+            k0 += len(traj.steps)
+        out[lv] = per
+    return out
+
+
+def _first_visits(keys_i: Sequence[Hashable], b: int) -> dict[Hashable, int]:
+    """t_i(g; b) = min{t ≥ b : g_t = g} for every key g of one trajectory [Eq. 9]."""
+    first: dict[Hashable, int] = {}
+    for t in range(b, len(keys_i)):
+        first.setdefault(keys_i[t], t)
+    return first
+
+
+def _comparisons(
+    group: Sequence[Trajectory],
+    ctx: Mapping[str, list[list[Hashable]]],
+    c: int,
+    success: np.ndarray,
+    *,
+    min_support: int,
+    epsilon: float,
+    kappa: float,
+    q: Mapping[str, float],
+    evidence: str,
+) -> tuple[int, list[Comparison]]:
+    """Supported comparisons of direction c; also returns the number of candidate row pairs."""
+    fold = [t.slot % 2 for t in group]
+    cand = [i for i in range(len(group)) if fold[i] == c]
+    evid = [i for i in range(len(group)) if fold[i] == (1 - c if evidence == "opposite" else c)]
+    action = [[s.action_key for s in t.steps] for t in group]
+    # Evidence tables per level: (g, a) -> [n, successes]
+    tables: dict[str, dict[tuple[Hashable, Hashable], list[float]]] = {}
+    for lv in LEVELS:
+        tab: dict[tuple[Hashable, Hashable], list[float]] = {}
+        for e in evid:
+            for g, t in _first_visits(ctx[lv][e], 0).items():
+                cell = tab.setdefault((g, action[e][t]), [0, 0.0])
+                cell[0] += 1
+                cell[1] += float(success[e])
+        tables[lv] = tab
+    # Candidate row pairs per level (first visits with b = 1, distinct trajectories, distinct actions)
+    pair_keys: dict[tuple[Row, Row], dict[str, Hashable]] = {}
+    for lv in LEVELS:
+        by_key: dict[Hashable, list[Row]] = {}
+        for i in cand:
+            for g, t in _first_visits(ctx[lv][i], 1).items():
+                by_key.setdefault(g, []).append((i, t))
+        for g, rows in by_key.items():
+            for r1, r2 in combinations(sorted(rows), 2):
+                if action[r1[0]][r1[1]] != action[r2[0]][r2[1]]:
+                    pair_keys.setdefault((r1, r2), {})[lv] = g
+    out: list[Comparison] = []
+    for rows in sorted(pair_keys):
+        (i, t), (j, u) = rows
+        a, b = action[i][t], action[j][u]
+        for lv in LEVELS:                                  # support gate, exact before coarse
+            if lv not in pair_keys[rows]:
+                continue
+            g = pair_keys[rows][lv]
+            na = tables[lv].get((g, a), [0, 0.0])
+            nb = tables[lv].get((g, b), [0, 0.0])
+            n_star = int(min(na[0], nb[0]))
+            if n_star < min_support:
+                continue
+            u_hat = na[1] / na[0] - nb[1] / nb[0]
+            weight = abs(u_hat) * n_star / (n_star + kappa) * q[lv]
+            out.append(Comparison(rows, c, lv, g, (a, b), float(u_hat), n_star, float(weight),
+                                  bool(abs(u_hat) >= epsilon and u_hat != 0.0)))
+            break
+    return len(pair_keys), out
+
+
+def _select(group: Sequence[Trajectory], comps: Iterable[Comparison], max_pairs: int) -> list[Comparison]:
+    """Earliest qualified comparison per sibling pair, then the disjoint allocator."""
+    slot = [t.slot for t in group]
+
+    def rank(cmp: Comparison) -> tuple[Any, ...]:
+        (i, t), (j, u) = cmp.rows
+        lo_row = (i, t) if slot[i] < slot[j] else (j, u)
+        return (max(t, u), -cmp.weight, min(t, u), min(slot[i], slot[j]), max(slot[i], slot[j]), lo_row[1])
+
+    ranked = sorted((cmp for cmp in comps if cmp.qualified), key=rank)
+    seen: set[tuple[int, int]] = set()
+    firsts = []
+    for cmp in ranked:
+        sib = (cmp.rows[0][0], cmp.rows[1][0])
+        if sib not in seen:
+            seen.add(sib)
+            firsts.append(cmp)
+    used: set[Row] = set()
+    accepted = []
+    for cmp in firsts:
+        if len(accepted) >= max_pairs:
+            break
+        if cmp.rows[0] in used or cmp.rows[1] in used:
+            continue
+        used.update(cmp.rows)
+        accepted.append(cmp)
+    return accepted
+
+
+def mcgpo_pairs(
+    group: Sequence[Trajectory],
+    *,
+    min_support: int = 1,
+    epsilon: float = 0.10,
+    kappa: float = 2.0,
+    q_exact: float = 1.0,
+    q_coarse: float = 0.7,
+    max_pairs: int = 2,
+    success_threshold: float = 0.999,
+    evidence: str = "opposite",
+    weighting: str = "evidence",
+    keys: str = "joint",
+    shuffle_rubric: bool = False,
+    shuffle_seed: int = 0,
+    group_index: int | None = None,
+) -> tuple[list[Preference], dict[str, float]]:
+    """MCGPO's preferences for one group (Match and Label of Algorithm 1; no task credit).
+
+    Parameters are those of :class:`MCGPO`; ``group_index`` only names the group in errors.
+
+    Returns:
+        The accepted preferences (direction 0 first, each in acceptance order) and the
+        group's diagnostics (see the module docstring).
+
+    Example (one key, fold 0 rows take a / b at t = 1; fold 1 evidence: a wins, b loses;
+    û = 1 − 0 = 1, n* = 1, c = 1·1/(1+2)·1 = 1/3):
+        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> def st(a, h="h"):
+        ...     return Step("s", a, keys={"exact": h, "coarse": h, "signature": ((), ())})
+        >>> g = [Trajectory("t", 0, [st("x", "start"), st("a")]),
+        ...      Trajectory("t", 1, [st("a")], score=1.0),
+        ...      Trajectory("t", 2, [st("x", "start"), st("b")]),
+        ...      Trajectory("t", 3, [st("b")], score=0.0)]
+        >>> pairs, stats = mcgpo_pairs(g)
+        >>> [(p.preferred, p.rejected, round(p.weight, 4), p.level, p.support, p.fold) for p in pairs]
+        [((0, 1), (2, 1), 0.3333, 'exact', 1, 0)]
+    """
+    check_choice("evidence", evidence, EVIDENCE)
+    check_choice("weighting", weighting, WEIGHTING)
+    check_choice("keys", keys, KEY_MODES)
+    n_star_hist = {"n_star_1": 0, "n_star_2": 0}
+    stats: dict[str, float] = {
+        "missing_keys": 0, "candidate_pairs": 0, "supported_pairs": 0, "qualified_pairs": 0,
+        "pairs": 0, "pairs_exact": 0, "pairs_coarse": 0, "exact_share": 0.0, **n_star_hist,
+        "contrast_sum": 0.0, "mean_contrast": 0.0, "weight_sum": 0.0, "mean_weight": 0.0,
+        "wins": 0, "ties": 0, "losses": 0, "agreement": 0.0,
+    }
+    ctx = context_keys(group, keys, shuffle_rubric=shuffle_rubric, shuffle_seed=shuffle_seed,
+                       group_index=group_index)
+    if ctx is None:
+        stats["missing_keys"] = 1
+        return [], stats
+    success = np.array([t.score >= success_threshold for t in group], dtype=bool)
+    q = {"exact": float(q_exact), "coarse": float(q_coarse)}
+    prefs: list[Preference] = []
+    for c in (0, 1):
+        n_cand, comps = _comparisons(group, ctx, c, success, min_support=min_support, epsilon=epsilon,
+                                     kappa=kappa, q=q, evidence=evidence)
+        stats["candidate_pairs"] += n_cand
+        stats["supported_pairs"] += len(comps)
+        stats["qualified_pairs"] += sum(cmp.qualified for cmp in comps)
+        accepted = _select(group, comps, max_pairs)
+        weights = [cmp.weight for cmp in accepted]
+        if weighting == "uniform" and accepted:
+            weights = [float(np.mean(weights))] * len(accepted)
+        for cmp, w in zip(accepted, weights):
+            first, second = cmp.rows
+            pref, rej = (first, second) if cmp.contrast > 0 else (second, first)
+            prefs.append(Preference(preferred=pref, rejected=rej, weight=float(w), level=cmp.level,
+                                    contrast=abs(cmp.contrast), support=cmp.support, fold=c))
+    for p in prefs:
+        stats["pairs"] += 1
+        stats["pairs_exact" if p.level == "exact" else "pairs_coarse"] += 1
+        stats[f"n_star_{p.support}"] = stats.get(f"n_star_{p.support}", 0) + 1
+        stats["contrast_sum"] += p.contrast
+        stats["weight_sum"] += p.weight
+        yp, yr = success[p.preferred[0]], success[p.rejected[0]]
+        stats["wins" if yp > yr else "ties" if yp == yr else "losses"] += 1
+    if prefs:
+        n = len(prefs)
+        stats["exact_share"] = stats["pairs_exact"] / n
+        stats["mean_contrast"] = stats["contrast_sum"] / n
+        stats["mean_weight"] = stats["weight_sum"] / n
+        stats["agreement"] = (stats["wins"] + stats["ties"] / 2) / n
+    return prefs, stats
+
+
+def summarize_pairs(results: Sequence[CreditResult]) -> dict[str, float]:
+    """Batch-level MCGPO diagnostics from per-group results [MCGPO §4.4, App. C.5, D.3].
+
+    Returns:
+        ``pairs`` (per update), ``pairs_exact``, ``exact_share``, ``n_star_<k>`` counts,
+        ``mean_contrast``, ``mean_weight`` (pair-weighted means), ``wins``, ``ties``,
+        ``losses``, ``agreement`` = (W + T/2)/(W + T + L), ``groups``,
+        ``groups_with_pairs`` and ``groups_missing_keys``.
+    """
+    out: dict[str, float] = {"groups": len(results), "groups_with_pairs": 0, "groups_missing_keys": 0,
+                             "pairs": 0, "pairs_exact": 0, "wins": 0, "ties": 0, "losses": 0}
+    contrast = weight = 0.0
+    for r in results:
+        s = r.stats
+        out["groups_missing_keys"] += int(s.get("missing_keys", 0))
+        out["groups_with_pairs"] += int(s.get("pairs", 0) > 0)
+        for k in ("pairs", "pairs_exact", "wins", "ties", "losses"):
+            out[k] += s.get(k, 0)
+        for k, v in s.items():
+            if k.startswith("n_star_"):
+                out[k] = out.get(k, 0) + v
+        contrast += s.get("contrast_sum", 0.0)
+        weight += s.get("weight_sum", 0.0)
+    n = out["pairs"]
+    out["exact_share"] = out["pairs_exact"] / n if n else 0.0
+    out["mean_contrast"] = contrast / n if n else 0.0
+    out["mean_weight"] = weight / n if n else 0.0
+    out["agreement"] = (out["wins"] + out["ties"] / 2) / n if n else 0.0
+    return out
+
+
+@register_estimator("mcgpo")
+class MCGPO(Estimator):
+    """Multi-Criteria Grouped Preference Optimisation credit [MCGPO §3, App. A, Table 6].
+
+    ``advantages`` are GraphGPO's task credit; ``pairs`` the accepted preferences.
+
+    Args:
+        min_support: m, minimum balanced support n* (1).
+        epsilon: ε, minimum |û| (0.10).
+        kappa: κ, support shrinkage (2).
+        q_exact, q_coarse: Resolution weights q_ℓ (1, 0.7).
+        max_pairs: Accepted pairs per task and direction (2).
+        success_threshold: Terminal success is ``Trajectory.score ≥`` this (0.999).
+        evidence: ``"opposite"`` (other fold, default) or ``"same"`` (the candidates' own
+            fold, candidates included) [MCGPO Table 2b].
+        weighting: ``"evidence"`` (c as above) or ``"uniform"`` (each direction's mean c).
+        keys: ``"joint"`` (h, C, F), ``"state"`` (h) or ``"rubric"`` ((C, F)).
+        shuffle_rubric: Permute (C, F) among the group's rows (needs C, F in the key).
+        shuffle_seed: Seed of the permutation.
+        gamma, success_reward, unreachable, norm, step_weight, episode_weight,
+            episode_norm: GraphGPO task-credit parameters (see
+            :class:`~wrappers.credit.graphgpo.GraphGPO`; γ = 0.1 ALFWorld, 0.2 WebShop).
+    """
+
+    def __init__(
+        self,
+        *,
+        min_support: int = 1,
+        epsilon: float = 0.10,
+        kappa: float = 2.0,
+        q_exact: float = 1.0,
+        q_coarse: float = 0.7,
+        max_pairs: int = 2,
+        success_threshold: float = 0.999,
+        evidence: str = "opposite",
+        weighting: str = "evidence",
+        keys: str = "joint",
+        shuffle_rubric: bool = False,
+        shuffle_seed: int = 0,
+        gamma: float = 0.1,
+        success_reward: float = 10.0,
+        unreachable: str = "max_plus_one",
+        norm: str = "mean_std",
+        step_weight: float = 1.0,
+        episode_weight: float = 1.0,
+        episode_norm: str = "rows",
+    ) -> None:
+        check_choice("evidence", evidence, EVIDENCE)
+        check_choice("weighting", weighting, WEIGHTING)
+        check_choice("keys", keys, KEY_MODES)
+        check_choice("norm", norm, NORMS)
+        if isinstance(min_support, bool) or int(min_support) != min_support or min_support < 1:
+            raise ValueError(f"min_support must be an integer >= 1, got {min_support!r}")
+        if isinstance(max_pairs, bool) or int(max_pairs) != max_pairs or max_pairs < 0:
+            raise ValueError(f"max_pairs must be an integer >= 0, got {max_pairs!r}")
+        for name, value in (("epsilon", epsilon), ("kappa", kappa), ("q_exact", q_exact), ("q_coarse", q_coarse)):
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if shuffle_rubric and keys == "state":
+            raise ValueError("shuffle_rubric=True has no effect with keys='state' (the key has no (C, F))")
+        self.min_support = int(min_support)
+        self.epsilon = float(epsilon)
+        self.kappa = float(kappa)
+        self.q_exact = float(q_exact)
+        self.q_coarse = float(q_coarse)
+        self.max_pairs = int(max_pairs)
+        self.success_threshold = float(success_threshold)
+        self.evidence = evidence
+        self.weighting = weighting
+        self.keys = keys
+        self.shuffle_rubric = bool(shuffle_rubric)
+        self.shuffle_seed = int(shuffle_seed)
+        self.gamma = float(gamma)
+        self.success_reward = float(success_reward)
+        self.unreachable = unreachable
+        self.norm = norm
+        self.step_weight = float(step_weight)
+        self.episode_weight = float(episode_weight)
+        self.episode_norm = episode_norm
+        # Validate the task-credit parameters now rather than on the first batch.
+        from wrappers.credit.graphgpo import GraphGPO  # noqa: PLC0415
+
+        GraphGPO(gamma=gamma, success_reward=success_reward, unreachable=unreachable, norm=norm,
+                 step_weight=step_weight, episode_weight=episode_weight, episode_norm=episode_norm)
+
+    def pair_params(self) -> dict[str, Any]:
+        """The keyword arguments this estimator passes to :func:`mcgpo_pairs`."""
+        return {
+            "min_support": self.min_support, "epsilon": self.epsilon, "kappa": self.kappa,
+            "q_exact": self.q_exact, "q_coarse": self.q_coarse, "max_pairs": self.max_pairs,
+            "success_threshold": self.success_threshold, "evidence": self.evidence,
+            "weighting": self.weighting, "keys": self.keys, "shuffle_rubric": self.shuffle_rubric,
+            "shuffle_seed": self.shuffle_seed,
+        }
+
+    def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        results = []
+        params = self.pair_params()
+        for g, group in enumerate(groups):
+            task = graphgpo_credit(group, gamma=self.gamma, success_reward=self.success_reward,
+                                   unreachable=self.unreachable, norm=self.norm,
+                                   step_weight=self.step_weight, episode_weight=self.episode_weight,
+                                   episode_norm=self.episode_norm)
+            pairs, stats = mcgpo_pairs(group, group_index=g, **params)
+            results.append(CreditResult(task.advantages, shaped_rewards=task.returns, pairs=pairs,
+                                        stats={**task.stats, **stats}))
+        return results
