@@ -1,0 +1,202 @@
+"""GraphGPO (SPEC §4.3) and the transition graph: hand-computed credit and diagnostics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agent_envs.trajectory import Step, Trajectory
+from wrappers.credit import get_estimator
+from wrappers.credit.graph import SUCCESS, Terminal, TransitionGraph, segment_normalize
+from wrappers.credit.graphgpo import graphgpo_credit
+
+EPS = 1e-6
+
+
+def two_norm(hi: float, lo: float) -> float:
+    """mean_std Norm of the larger member of a two-element group: (d/2)/(|d|/√2 + 1e-6)."""
+    d = hi - lo
+    return (d / 2) / (abs(d) / math.sqrt(2) + EPS)
+
+
+def three_group() -> list[Trajectory]:
+    """τ0 wins s0-a->s1-b->s3-c->SUCCESS; τ1 fails s0-a->s1-d->s2-e->(dead end);
+    τ2 is truncated s0-f->s4-g->s3 (it stops in a state that can reach success)."""
+    t0 = Trajectory("T", 0, [Step("s0", "a"), Step("s1", "b"), Step("s3", "c", reward=10.0)], score=1, success=True)
+    t1 = Trajectory("T", 1, [Step("s0", "a"), Step("s1", "d"), Step("s2", "e")])
+    t2 = Trajectory("T", 2, [Step("s0", "f"), Step("s4", "g", next_state_key="s3")], truncated=True)
+    return [t0, t1, t2]
+
+
+def test_graph_nodes_destinations_and_distances() -> None:
+    g = TransitionGraph(three_group())
+    keys = [g.keys[v] for v in g.dst]
+    # the winning last step enters SUCCESS; τ1's last step names nothing -> Terminal(1);
+    # τ2's last step names s3 explicitly
+    assert keys == ["s1", "s3", SUCCESS, "s1", "s2", Terminal(1), "s4", "s3"]
+    d = g.success_distances()
+    dist = {k: d[g.index[k]] for k in ["s0", "s1", "s2", "s3", "s4"]}
+    # reverse BFS, unit cost: D(s3)=1 (s3->SUCCESS), D(s1)=D(s4)=2 (->s3), D(s0)=3, s2 cannot reach
+    assert dist == {"s0": 3, "s1": 2, "s2": math.inf, "s3": 1, "s4": 2}
+    assert d[g.success_node] == 0
+    # max finite D = 3, so unreachable states get 3 + 1 = 4 under GraphGPO's convention
+    filled = g.filled_distances("max_plus_one")
+    assert filled[g.index["s2"]] == 4 and filled[g.index[Terminal(1)]] == 4
+
+
+def test_graphgpo_hand_computed_max_plus_one() -> None:
+    res = get_estimator("graphgpo", gamma=0.1)([three_group()])[0]
+    # R^graph = 10·0.1^D(s_{t+1}):
+    #  τ0: s1 (D=2) -> 0.1, s3 (D=1) -> 1, SUCCESS (D=0) -> 10
+    #  τ1: s1 -> 0.1, s2 (D=4=max+1) -> 10·1e-4 = 0.001, Terminal (D=4) -> 0.001
+    #  τ2: s4 (D=2) -> 0.1, s3 (D=1) -> 1
+    np.testing.assert_allclose(res.shaped_rewards[0], [0.1, 1.0, 10.0])
+    np.testing.assert_allclose(res.shaped_rewards[1], [0.1, 0.001, 0.001])
+    np.testing.assert_allclose(res.shaped_rewards[2], [0.1, 1.0])
+    # A^G by source state: s0 {0.1, 0.1, 0.1} -> all equal -> 0 exactly;
+    # s1 {1 (τ0), 0.001 (τ1)} -> ±(0.999/2)/(0.999/√2 + 1e-6); s2, s3, s4 singletons -> 0
+    x = two_norm(1.0, 0.001)
+    # A^E = Norm over the 8 rows of Z: τ0 rows 10, others 0; mean 30/8 = 3.75,
+    # SS = 3·6.25² + 5·3.75² = 187.5, sample std = √(187.5/7)
+    sd = math.sqrt(187.5 / 7)
+    win, lose = 6.25 / (sd + EPS), -3.75 / (sd + EPS)
+    np.testing.assert_allclose(res.advantages[0], [win, x + win, win], rtol=1e-12)
+    np.testing.assert_allclose(res.advantages[1], [lose, -x + lose, lose], rtol=1e-12)
+    np.testing.assert_allclose(res.advantages[2], [lose, lose], rtol=1e-12)
+
+
+def test_graphgpo_unreachable_zero() -> None:
+    c = graphgpo_credit(three_group(), gamma=0.1, unreachable="zero")
+    # s2 and Terminal cannot reach success: the decayed term is 0 instead of 10·0.1^4
+    np.testing.assert_allclose(c.returns[1], [0.1, 0.0, 0.0])
+    # s1's group is now {1, 0}: ±(1/2)/(1/√2 + 1e-6)
+    assert c.step[0][1] == pytest.approx(two_norm(1.0, 0.0), rel=1e-12)
+    assert c.step[1][1] == pytest.approx(-two_norm(1.0, 0.0), rel=1e-12)
+
+
+def test_graphgpo_stats_named_as_in_spec() -> None:
+    stats = graphgpo_credit(three_group()).stats
+    # nodes: s0, s1, s2, s3, s4 (SUCCESS and the dead end are not states)
+    assert stats["nodes"] == 5
+    # distinct (s, a, s'): (s0,a,s1) twice -> once, (s1,b,s3), (s3,c,SUCC), (s1,d,s2),
+    # (s2,e,T1), (s0,f,s4), (s4,g,s3) = 7
+    assert stats["edges"] == 7
+    # reuse: rows from states visited by >= 2 trajectories: s0 (3 rows) + s1 (2 rows) = 5 of 8
+    assert stats["reuse_rate"] == pytest.approx(5 / 8)
+    # success-reachable: s0, s1, s3, s4 of 5 states
+    assert stats["success_reachable_share"] == pytest.approx(4 / 5)
+    # same-state action pairs: s0: (a->s1, D 2) vs (f->s4, D 2) tie; s1: (b->s3, D 1) vs
+    # (d->s2, D 4) no tie -> 1 of 2
+    assert stats["action_pairs"] == 2 and stats["tie_pairs"] == 1
+    assert stats["tie_rate"] == pytest.approx(0.5)
+    assert stats["success"] is True
+
+
+def test_no_success_gives_flat_graph_credit() -> None:
+    # Nobody succeeds: every D is infinite, all returns equal, A^G = 0 and A = Norm_task(Z).
+    t0 = Trajectory("T", 0, [Step("s0", "a"), Step("s1", "b")])
+    t1 = Trajectory("T", 1, [Step("s0", "c", penalty=-0.1), Step("s2", "d")])
+    for unreachable in ("max_plus_one", "zero"):
+        c = graphgpo_credit([t0, t1], unreachable=unreachable)
+        for step in c.step:
+            assert np.array_equal(step, np.zeros_like(step))
+    res = get_estimator("graphgpo")([[t0, t1]])[0]
+    # Z rows: [0, 0], [-0.1, 0]; mean -0.025; devs 0.025, 0.025, -0.075, 0.025;
+    # SS = 3·0.025² + 0.075² = 0.0075, sd = √(0.0075/3) = 0.05
+    sd = 0.05
+    np.testing.assert_allclose(res.advantages[0], [0.025 / (sd + EPS)] * 2, rtol=1e-9)
+    np.testing.assert_allclose(res.advantages[1], [-0.075 / (sd + EPS), 0.025 / (sd + EPS)], rtol=1e-9)
+    assert res.stats["success"] is False and res.stats["success_reachable_share"] == 0.0
+
+
+def test_singleton_anchor_groups_give_zero() -> None:
+    # One trajectory, every state visited once: all anchor groups are singletons -> A^G = 0;
+    # the task term of a lone trajectory with equal Z rows is 0 too.
+    t = Trajectory("T", 0, [Step("s0", "a"), Step("s1", "b"), Step("s2", "c", reward=10.0)], success=True)
+    c = graphgpo_credit([t])
+    assert np.array_equal(c.step[0], np.zeros(3))
+    assert np.array_equal(c.advantages[0], np.zeros(3))
+    # returns are still defined: 10·0.1^2, 10·0.1, 10
+    np.testing.assert_allclose(c.returns[0], [0.1, 1.0, 10.0])
+
+
+def test_revisits_and_self_loops_share_an_anchor_group() -> None:
+    # τ0 loops at s0 (invalid action, state unchanged), then wins; τ1 fails from s0.
+    t0 = Trajectory("T", 0, [Step("s0", "x", valid=False, penalty=-0.1), Step("s0", "a"),
+                             Step("s1", "b", reward=10.0)], success=True)
+    t1 = Trajectory("T", 1, [Step("s0", "c"), Step("s2", "d")])
+    c = graphgpo_credit([t0, t1], gamma=0.1, episode_weight=0.0)
+    # D(s1)=1, D(s0)=2 (s0->s1->SUCC), s2 unreachable -> max 2 + 1 = 3
+    # s0 rows: loop -> s0: 10·0.1² = 0.1; a -> s1: 1; c -> s2: 10·0.1³ = 0.01
+    np.testing.assert_allclose(c.returns[0][:2], [0.1, 1.0])
+    np.testing.assert_allclose(c.returns[1][0], 0.01)
+    r = np.array([0.1, 1.0, 0.01])
+    dev = r - r.mean()
+    expect = dev / (math.sqrt((dev**2).sum() / 2) + EPS)
+    np.testing.assert_allclose([c.step[0][0], c.step[0][1], c.step[1][0]], expect, rtol=1e-12)
+    # the penalty does not enter the graph return (SPEC §4.3), only Z
+    assert c.returns[0][0] == pytest.approx(0.1)
+
+
+def test_mean_norm_and_weights() -> None:
+    c = graphgpo_credit(three_group(), norm="mean", step_weight=2.0, episode_weight=0.5)
+    # mean mode: s1 group {1, 0.001} -> ±0.4995; Z - mean: 6.25 / -3.75
+    np.testing.assert_allclose(c.step[0], [0.0, 0.4995, 0.0], atol=1e-15)
+    np.testing.assert_allclose(c.advantages[0], [0.5 * 6.25, 2 * 0.4995 + 0.5 * 6.25, 0.5 * 6.25])
+    np.testing.assert_allclose(c.advantages[2], [0.5 * -3.75] * 2)
+
+
+def test_empty_trajectories_are_allowed() -> None:
+    t0 = Trajectory("T", 0, [])
+    t1 = Trajectory("T", 1, [Step("s0", "a", reward=10.0)], success=True)
+    res = get_estimator("graphgpo")([[t0, t1]])[0]
+    assert res.advantages[0].shape == (0,) and res.advantages[1].shape == (1,)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"gamma": 0.0}, "gamma"),
+    ({"gamma": 1.5}, "gamma"),
+    ({"unreachable": "inf"}, "unreachable"),
+    ({"norm": "std"}, "norm"),
+    ({"episode_norm": "tokens"}, "episode_norm"),
+])
+def test_graphgpo_bad_parameters(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        get_estimator("graphgpo", **kwargs)
+
+
+def test_segment_normalize_matches_common_normalize() -> None:
+    from wrappers.credit.common import normalize
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=40)
+    seg = rng.integers(0, 7, size=40)
+    for mode in ("mean_std", "mean"):
+        out = segment_normalize(x, seg, mode, 7)
+        for k in range(7):
+            m = seg == k
+            if m.any():
+                np.testing.assert_allclose(out[m], normalize(x[m], mode), atol=1e-12)
+
+
+def test_max_product_potential_equals_brute_force() -> None:
+    # Φ(s) = max_v base(v)·ω^{d(s,v)}: compare the best-first search with one BFS per v.
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        trajs = []
+        for i in range(5):
+            n = int(rng.integers(1, 7))
+            states = [f"s{int(x)}" for x in rng.integers(0, 6, size=n)]
+            trajs.append(Trajectory("T", i, [Step(s, "a") for s in states], success=bool(i == 0)))
+        g = TransitionGraph(trajs)
+        base = np.where(rng.random(g.n_nodes) < 0.4, rng.random(g.n_nodes), 0.0)
+        for omega in (0.2, 1.0):
+            phi = g.max_product_potential(base, omega)
+            brute = np.zeros(g.n_nodes)
+            for v in np.flatnonzero(base > 0):
+                d = g.distances_to(int(v))
+                vals = np.where(np.isfinite(d), base[v] * omega ** np.where(np.isfinite(d), d, 0), 0.0)
+                brute = np.maximum(brute, vals)
+            np.testing.assert_allclose(phi, brute, rtol=1e-12)
