@@ -1,0 +1,280 @@
+"""Multi-turn group rollouts: P task groups × G siblings, batched across live environments.
+
+Every turn, the prompts of all environments that are still running are built (SPEC §7),
+encoded with the model's chat template and answered in one batch:
+
+* ``generate`` mode — the backend samples free text, which is parsed into an action; a
+  response without an ``<action>`` block or with an inadmissible action is an invalid step
+  (the environment applies the penalty).
+* ``choose`` mode — each admissible action's response ``<action>a</action><eos>`` is scored by
+  its log-probability under the policy; an action is sampled from softmax(score / T).
+
+Siblings of a group reset with the same task and seed, so they start from identical states.
+Each decision becomes a :class:`~agent_envs.trajectory.Step` and a training row (the step's
+own prompt ids and response ids).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agent_envs.trajectory import Step, Trajectory
+from trainers.env_workers import EnvPool
+from trainers.generation import GenerationBackend, score_candidates
+from trainers.prompts import build_messages, build_prompt, format_action, parse_action
+
+__all__ = ["TaskRef", "RowTokens", "RolloutResult", "RolloutSettings", "collect_rollouts", "NO_ACTION"]
+
+log = logging.getLogger(__name__)
+
+#: Sent to the environment when a response has no ``<action>`` block (always inadmissible).
+NO_ACTION = "<no action>"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One task to roll out: ``task`` (index or id), ``split``, and the episode ``seed``."""
+
+    task: Any
+    split: str | None
+    seed: int
+
+
+@dataclass
+class RowTokens:
+    """The training row of one decision: its prompt ids and response ids."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+
+
+@dataclass
+class RolloutSettings:
+    """How to roll out (a subset of :class:`trainers.config.TrainConfig`)."""
+
+    action_mode: str = "generate"
+    prompt_style: str = "think"
+    history_length: int = 2
+    list_actions: bool = True
+    max_prompt_tokens: int = 2048
+    max_response_tokens: int = 512
+    max_steps: int = 50
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_rows: int = 64
+
+    @classmethod
+    def from_config(cls, cfg: Any, *, temperature: float | None = None) -> RolloutSettings:
+        """Take the matching fields of a :class:`~trainers.config.TrainConfig`."""
+        return cls(
+            action_mode=cfg.action_mode, prompt_style=cfg.prompt_style, history_length=cfg.history_length,
+            list_actions=cfg.list_actions, max_prompt_tokens=cfg.max_prompt_tokens,
+            max_response_tokens=cfg.max_response_tokens, max_steps=cfg.max_steps,
+            temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
+            batch_rows=cfg.rollout_batch_size,
+        )
+
+
+@dataclass
+class RolloutResult:
+    """Groups of sibling trajectories plus their training rows and episode metadata.
+
+    Attributes:
+        groups: ``groups[g][i]`` is sibling ``i`` of task group ``g``.
+        rows: ``rows[g][i][t]`` the tokens of step ``t``.
+        meta: ``meta[g][i]`` per-episode facts (task type, invalid steps, ...).
+        stats: Timings and token counts of the whole rollout.
+    """
+
+    groups: list[list[Trajectory]]
+    rows: list[list[list[RowTokens]]]
+    meta: list[list[dict[str, Any]]]
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def _hashable(value: Any, fallback: Hashable) -> Hashable:
+    if value is None:
+        return fallback
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def _encode_prompt(tokenizer: Any, text: str, max_tokens: int) -> list[int]:
+    ids = tokenizer.apply_chat_template(build_messages(text), add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    ids = list(ids)
+    if len(ids) > max_tokens:
+        ids = ids[-max_tokens:]
+    return ids
+
+
+class _Episode:
+    def __init__(self, g: int, i: int, ref: TaskRef, obs: str, info: dict[str, Any]) -> None:
+        self.g, self.i, self.ref = g, i, ref
+        self.obs, self.info = str(obs), info
+        task = info.get("task") or {}
+        self.task_id = task.get("id", ref.task)
+        self.goal = str(task.get("goal", ""))
+        self.task_type = task.get("type")
+        self.steps: list[Step] = []
+        self.rows: list[RowTokens] = []
+        self.history: list[tuple[str, str]] = []
+        self.done = False
+        self.truncated = False
+        self.score = 0.0
+        self.won = False
+        self.invalid = 0
+
+
+def collect_rollouts(
+    model: Any,
+    tokenizer: Any,
+    backend: GenerationBackend | None,
+    pool: EnvPool,
+    tasks: Sequence[TaskRef],
+    group_size: int,
+    settings: RolloutSettings,
+    *,
+    env_offset: int = 0,
+) -> RolloutResult:
+    """Roll out ``group_size`` siblings on each task, batching the policy across live envs.
+
+    Args:
+        model: The policy (used for scoring in ``choose`` mode).
+        tokenizer: Its tokenizer (chat template, decoding).
+        backend: Generation backend (``generate`` mode).
+        pool: Environments; needs at least ``env_offset + len(tasks) * group_size`` slots.
+        tasks: One :class:`TaskRef` per group.
+        group_size: Siblings per task.
+        settings: Rollout settings.
+        env_offset: First pool slot to use.
+    """
+    n = len(tasks) * group_size
+    if env_offset + n > pool.n:
+        raise ValueError(f"the environment pool has {pool.n} slots; {env_offset + n} are needed")
+    t0 = time.perf_counter()
+    stats = {"policy_s": 0.0, "env_s": 0.0, "gen_tokens": 0.0, "prompt_tokens": 0.0, "decisions": 0.0}
+    reqs = []
+    for g, ref in enumerate(tasks):
+        options = {"task": ref.task}
+        if ref.split is not None:
+            options["split"] = ref.split
+        for i in range(group_size):
+            reqs.append((env_offset + g * group_size + i, ref.seed, options))
+    te = time.perf_counter()
+    first = pool.reset(reqs)
+    stats["env_s"] += time.perf_counter() - te
+    eps = [_Episode(k // group_size, k % group_size, tasks[k // group_size], obs, info) for k, (obs, info) in enumerate(first)]
+    eos = tokenizer.eos_token_id
+    for _turn in range(settings.max_steps):
+        live = [e for e in eps if not e.done]
+        if not live:
+            break
+        prompts = []
+        for e in live:
+            adm = list(e.info.get("admissible_actions") or [])
+            text = build_prompt(
+                e.goal, e.obs, adm, e.history[-settings.history_length:] if settings.history_length else [],
+                style=settings.prompt_style, step=len(e.steps), list_actions=settings.list_actions,
+            )
+            prompts.append(_encode_prompt(tokenizer, text, settings.max_prompt_tokens))
+        tp = time.perf_counter()
+        actions, responses, texts = _decide(model, tokenizer, backend, live, prompts, settings, eos)
+        stats["policy_s"] += time.perf_counter() - tp
+        stats["gen_tokens"] += sum(len(r) for r in responses)
+        stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        stats["decisions"] += len(live)
+        te = time.perf_counter()
+        results = pool.step([(env_offset + e.g * group_size + e.i, a) for e, a in zip(live, actions)])
+        stats["env_s"] += time.perf_counter() - te
+        for e, prompt, resp, text, action, (obs, reward, term, trunc, info) in zip(live, prompts, responses, texts, actions, results):
+            pre = e.info
+            valid = bool(info.get("valid", True))
+            e.invalid += int(not valid)
+            step = Step(
+                state_key=_hashable(pre.get("state_key"), e.obs),
+                action=action,
+                reward=float(info.get("task_reward", reward)),
+                penalty=float(info.get("penalty", 0.0)),
+                valid=valid,
+                observation=e.obs,
+                feedback=str(obs),
+                rubric=dict(pre.get("rubric") or {}),
+                keys=dict(pre.get("keys") or {}),
+                next_state_key=_hashable(info.get("state_key"), str(obs)),
+                extra={"response": text},
+            )
+            e.steps.append(step)
+            e.rows.append(RowTokens(prompt, resp))
+            e.history.append((e.obs, action))
+            e.obs, e.info = str(obs), info
+            e.score = float(info.get("score", e.score))
+            e.won = bool(info.get("won", False))
+            if term or trunc:
+                e.done, e.truncated = True, bool(trunc and not term)
+            elif len(e.steps) >= settings.max_steps:
+                e.done, e.truncated = True, True
+    for e in eps:
+        if not e.done:
+            e.done, e.truncated = True, True
+    groups = [[None] * group_size for _ in tasks]
+    rows = [[None] * group_size for _ in tasks]
+    meta = [[None] * group_size for _ in tasks]
+    for e in eps:
+        groups[e.g][e.i] = Trajectory(task_id=_hashable(e.task_id, str(e.ref.task)), slot=e.i, steps=e.steps,
+                                      score=e.score, success=e.won, truncated=e.truncated)
+        rows[e.g][e.i] = e.rows
+        meta[e.g][e.i] = {"task_type": e.task_type, "invalid": e.invalid, "steps": len(e.steps), "task": e.ref.task}
+    stats["rollout_s"] = time.perf_counter() - t0
+    return RolloutResult(groups, rows, meta, stats)
+
+
+def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live: list[_Episode],
+            prompts: list[list[int]], settings: RolloutSettings, eos: int) -> tuple[list[str], list[list[int]], list[str]]:
+    """Actions, response ids and response texts for the live episodes."""
+    n = len(live)
+    actions: list[str] = [""] * n
+    responses: list[list[int]] = [[] for _ in range(n)]
+    texts: list[str] = [""] * n
+    to_generate = list(range(n))
+    if settings.action_mode == "choose":
+        to_generate = []
+        idx, cands, cand_ids = [], [], []
+        for k, e in enumerate(live):
+            adm = [str(a) for a in (e.info.get("admissible_actions") or [])]
+            if not adm:
+                to_generate.append(k)
+                continue
+            idx.append(k)
+            cands.append(adm)
+            cand_ids.append([tokenizer.encode(format_action(a), add_special_tokens=False) + [eos] for a in adm])
+        if idx:
+            scores = score_candidates(model, [prompts[k] for k in idx], cand_ids,
+                                      pad_id=tokenizer.pad_token_id, max_rows=settings.batch_rows)
+            for k, adm, ids, s in zip(idx, cands, cand_ids, scores):
+                probs = torch.softmax(s.double() / settings.temperature, dim=0)
+                j = int(torch.multinomial(probs, 1).item())
+                actions[k], responses[k], texts[k] = adm[j], ids[j], format_action(adm[j])
+    if to_generate:
+        if backend is None:
+            raise ValueError("generate mode needs a generation backend")
+        gen = backend.generate([prompts[k] for k in to_generate], temperature=settings.temperature,
+                               top_p=settings.top_p, max_new_tokens=settings.max_response_tokens)
+        for k, resp in zip(to_generate, gen):
+            text = tokenizer.decode(resp, skip_special_tokens=True)
+            adm = [str(a) for a in (live[k].info.get("admissible_actions") or [])]
+            action, _ok = parse_action(text, adm or None)
+            if "<action>" not in text.lower() or not action:
+                action = NO_ACTION
+            actions[k], responses[k], texts[k] = action, list(resp), text
+    return actions, responses, texts

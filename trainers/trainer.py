@@ -1,0 +1,495 @@
+"""The Accelerate trainer: group rollouts → credit → the SPEC §5 objective, resumable.
+
+One update:
+
+1. The task sampler draws P tasks (a pure function of seed and update number, so a
+   resumed run draws the same ones); process ``r`` of ``W`` takes groups ``r, r+W, …`` —
+   whole groups stay on one process, so credit needs no communication.
+2. ``collect_rollouts`` plays G siblings per task (batched policy, envs in worker processes).
+3. The configured estimator (:mod:`wrappers.credit`) turns the groups into per-step
+   advantages and, for MCGPO, preference pairs.
+4. Old (rollout) and reference log-probs are computed without gradients (the reference is
+   the LoRA base with adapters disabled, or a frozen copy).
+5. ``ppo_epochs`` × ``mini_batches`` optimizer steps; each mini-batch is a list of pair-aware
+   micro-batches whose gradients accumulate (DDP syncs on the last; every process runs the
+   same number of micro-batches, padding with zero-weight ones).
+
+Evaluation (SPEC §6) runs every ``eval_every`` updates; checkpoints are atomic
+(:mod:`trainers.checkpoint`); metrics go to ``metrics.jsonl`` and TensorBoard.
+
+Example (a tiny model on any SPEC §2 environment)::
+
+    cfg = load_config("demo", ["model=tiny-llama", "updates=1"])
+    summary = Trainer(cfg).train()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agent_envs.trajectory import save_jsonl
+from trainers.batching import TrainRow, build_rows, pairs_in, plan_batches
+from trainers.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from trainers.config import ConfigError, TrainConfig
+from trainers.env_workers import EnvPool
+from trainers.evaluation import episode_metrics, l5, normalized_auc
+from trainers.generation import make_backend
+from trainers.metrics import MetricsLogger
+from trainers.models import apply_lora, load_policy
+from trainers.objective import PackedBatch, pack_rows, pair_loss, response_deltas, sequence_logprobs, task_loss
+from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
+
+__all__ = ["Trainer", "count_tasks", "weights_digest"]
+
+log = logging.getLogger(__name__)
+
+
+def weights_digest(model: Any) -> str:
+    """SHA-256 of every parameter's bytes (identical weights ⇔ identical digests)."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def count_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> int | None:
+    """How many tasks an environment offers in ``split`` (``None`` if it cannot say).
+
+    Asks the unwrapped environment for ``num_tasks(split)``, ``task_ids(split)`` or
+    ``len(tasks(split))``, in that order.
+    """
+    import gymnasium as gym  # noqa: PLC0415
+
+    import agent_envs  # noqa: F401, PLC0415
+
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        base = env.unwrapped
+        for name in ("num_tasks", "task_ids", "tasks"):
+            fn = getattr(base, name, None)
+            if callable(fn):
+                try:
+                    value = fn(split)
+                except TypeError:
+                    value = fn()
+                return int(value) if isinstance(value, (int, np.integer)) else len(value)
+        return None
+    finally:
+        env.close()
+
+
+def _mixed_precision(cfg: TrainConfig) -> str:
+    if cfg.mixed_precision != "auto":
+        return cfg.mixed_precision
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "no"
+
+
+class Trainer:
+    """Trains a policy on a SPEC §2 environment with the configured credit estimator.
+
+    Args:
+        cfg: A validated :class:`~trainers.config.TrainConfig`.
+        run_dir: The run folder (default ``output_dir/run_name``).
+        resume: Continue from the newest complete checkpoint in ``run_dir`` (starts fresh
+            when there is none).
+        stop_after: Stop after this many updates in this call (tests use it to simulate an
+            interrupted run); ``None`` = run to ``cfg.updates``.
+    """
+
+    def __init__(self, cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None, *,
+                 resume: bool = False, stop_after: int | None = None) -> None:
+        from accelerate import Accelerator  # noqa: PLC0415
+        from accelerate.utils import set_seed  # noqa: PLC0415
+
+        cfg.validate()
+        self.cfg = cfg
+        self.stop_after = stop_after
+        self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=_mixed_precision(cfg))
+        acc = self.accelerator
+        self.rank, self.world = acc.process_index, acc.num_processes
+        if run_dir is None:
+            name = cfg.run_name or f"{cfg.preset or 'run'}-{cfg.estimator}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+            run_dir = Path(cfg.output_dir) / name
+            if self.world > 1:  # every process must agree on the folder
+                run_dir = Path(_broadcast(acc, str(run_dir)))
+        self.run_dir = Path(run_dir)
+        if acc.is_main_process:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "rollouts").mkdir(exist_ok=True)
+            cfg.save(self.run_dir / "config.yaml")
+        acc.wait_for_everyone()
+        if torch.cuda.is_available() is False:
+            torch.set_num_threads(max(1, int(os.environ.get("RUBRICGYM_TORCH_THREADS", "1"))))
+        set_seed(cfg.seed)
+        # --- tasks ---
+        self.n_train_tasks = cfg.train_tasks or count_tasks(cfg.env_id, cfg.env_kwargs, cfg.train_split)
+        if not self.n_train_tasks:
+            raise ConfigError(f"train_tasks must be ≥ 1: {cfg.env_id} does not report how many tasks split {cfg.train_split!r} has")
+        # --- model ---
+        model, tok = load_policy(cfg.model, seed=cfg.seed, dtype=cfg.dtype)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.ref_model = None
+        if cfg.lora:
+            model = apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
+                               target_modules=cfg.lora_target_modules)
+        elif cfg.kl_coef > 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
+        self.tokenizer = tok
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        from transformers import get_scheduler  # noqa: PLC0415
+
+        total_steps = cfg.updates * cfg.ppo_epochs * cfg.mini_batches
+        self.scheduler = get_scheduler(cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_updates,
+                                       num_training_steps=total_steps)
+        self.model, self.optimizer = acc.prepare(model, optimizer)
+        acc.register_for_checkpointing(self.scheduler)
+        self.backend = make_backend(cfg.backend, acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
+                                    model_path=None if cfg.backend == "transformers" else cfg.model, seed=cfg.seed)
+        from wrappers.credit import get_estimator  # noqa: PLC0415
+
+        self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
+        self.groups_here = len(range(self.rank, cfg.groups_per_update, self.world))
+        self.pool = EnvPool(cfg.env_id, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers)
+        self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
+        self.start_update = 0
+        self.eval_history: list[dict[str, Any]] = []
+        self.resumed_from: str | None = None
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+            if ckpt is not None:
+                state = load_checkpoint(acc, ckpt)
+                self.start_update = int(state["update"])
+                self.eval_history = list(state.get("eval_history", []))
+                self.resumed_from = str(ckpt)
+                log.info("resumed from %s (update %d)", ckpt, self.start_update)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def unwrapped(self) -> Any:
+        return self.accelerator.unwrap_model(self.model)
+
+    def _seed_for(self, *parts: int) -> int:
+        return int(np.random.SeedSequence([self.cfg.seed, *parts]).generate_state(1)[0])
+
+    def sample_tasks(self, update: int) -> list[TaskRef]:
+        """The P tasks of ``update`` (a pure function of seed and update: the sampler's state
+        is the update counter, which checkpoints store)."""
+        cfg = self.cfg
+        rng = np.random.default_rng([cfg.seed, 7, update])
+        replace = cfg.groups_per_update > self.n_train_tasks
+        idx = rng.choice(self.n_train_tasks, size=cfg.groups_per_update, replace=replace)
+        return [TaskRef(int(k), cfg.train_split, self._seed_for(1, update, g)) for g, k in enumerate(idx)]
+
+    def _rollout(self, tasks: list[TaskRef], group_size: int, temperature: float, seed: int):
+        torch.manual_seed(seed)
+        settings = RolloutSettings.from_config(self.cfg, temperature=temperature)
+        with self.accelerator.autocast():
+            return collect_rollouts(self.unwrapped, self.tokenizer, self.backend, self.pool, tasks, group_size, settings)
+
+    @torch.no_grad()
+    def _logprobs(self, rows: list[TrainRow], reference: bool) -> list[torch.Tensor]:
+        out: list[torch.Tensor] = []
+        pad = self.tokenizer.pad_token_id
+        model = self.unwrapped
+        ctx: Any = contextlib.nullcontext()
+        if reference:
+            if self.cfg.lora:
+                ctx = model.disable_adapter()
+            else:
+                model = self.ref_model
+        with ctx, self.accelerator.autocast():
+            for s in range(0, len(rows), self.cfg.logprob_batch_rows):
+                chunk = rows[s:s + self.cfg.logprob_batch_rows]
+                batch = pack_rows([r.prompt_ids for r in chunk], [r.response_ids for r in chunk], pad).to(self.accelerator.device)
+                logp, _ = sequence_logprobs(model, batch)
+                for k, r in enumerate(chunk):
+                    out.append(logp[k, logp.shape[1] - len(r.response_ids):].float().cpu())
+        return out
+
+    def _packed(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor], ref: list[torch.Tensor] | None):
+        pad = self.tokenizer.pad_token_id
+        sel = [rows[i] for i in idx]
+        batch = pack_rows([r.prompt_ids for r in sel], [r.response_ids for r in sel], pad)
+        width = batch.response_ids.shape[1]
+
+        def right_align(vals: list[torch.Tensor]) -> torch.Tensor:
+            t = torch.zeros((len(idx), width))
+            for k, i in enumerate(idx):
+                v = vals[i]
+                if len(v):
+                    t[k, width - len(v):] = v
+            return t
+
+        adv = torch.tensor([r.advantage for r in sel], dtype=torch.float32)
+        return (batch.to(self.accelerator.device), right_align(old).to(self.accelerator.device),
+                None if ref is None else right_align(ref).to(self.accelerator.device), adv.to(self.accelerator.device))
+
+    def _dummy_batch(self) -> PackedBatch:
+        pad = self.tokenizer.pad_token_id
+        b = pack_rows([[pad]], [[pad]], pad)
+        b.response_mask.zero_()
+        return b.to(self.accelerator.device)
+
+    # ------------------------------------------------------------------ one update
+    def optimize(self, rows: list[TrainRow], pairs: list[tuple[int, int, float]], update: int) -> dict[str, float]:
+        """The policy update on this process's rows (all processes call it together)."""
+        cfg, acc = self.cfg, self.accelerator
+        t0 = time.perf_counter()
+        old = self._logprobs(rows, reference=False)
+        use_ref = cfg.kl_coef > 0
+        ref = self._logprobs(rows, reference=True) if use_ref else None
+        t_lp = time.perf_counter() - t0
+        stats: dict[str, list[float]] = {}
+        colocated = 0
+        rng = np.random.default_rng([cfg.seed, 11, update])
+        self.model.train()
+        for _epoch in range(cfg.ppo_epochs):
+            plan = plan_batches(len(rows), pairs, micro_rows=cfg.micro_batch_rows, mini_batches=cfg.mini_batches, rng=rng)
+            counts = torch.tensor([len(m) for m in plan], device=acc.device)
+            counts = _all_max(acc, counts)
+            for m, micros in enumerate(plan):
+                n_micro = int(counts[m])
+                mini_rows = max(1, sum(len(mb) for mb in micros))
+                for k in range(n_micro):
+                    last = k == n_micro - 1
+                    sync = contextlib.nullcontext() if last else acc.no_sync(self.model)
+                    with sync:
+                        if k < len(micros):
+                            idx = micros[k]
+                            batch, old_lp, ref_lp, adv = self._packed(rows, idx, old, ref)
+                            weight = len(idx) / mini_rows
+                            local_pairs = pairs_in(idx, pairs) if cfg.pair_coef > 0 else []
+                        else:
+                            batch, old_lp, ref_lp, adv = self._dummy_batch(), None, None, torch.zeros(1, device=acc.device)
+                            old_lp = torch.zeros_like(batch.response_mask, dtype=torch.float32)
+                            weight, local_pairs = 0.0, []
+                        with acc.autocast():
+                            logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
+                        loss_task, st = task_loss(
+                            logp, old_lp, ref_lp, ent, adv, batch.response_mask,
+                            clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef,
+                            kl_clip=cfg.kl_clip, entropy_coef=cfg.entropy_coef,
+                        )
+                        loss = loss_task
+                        if local_pairs:
+                            colocated += len(local_pairs)
+                            deltas = response_deltas(logp, old_lp, batch.response_mask)
+                            lp = pair_loss(deltas, local_pairs, len(idx))
+                            loss = loss + cfg.pair_coef * lp
+                            stats.setdefault("pair_loss", []).append(float(lp))
+                        acc.backward(loss * weight)
+                        if weight > 0:
+                            stats.setdefault("loss", []).append(float(loss))
+                            for key, v in st.items():
+                                stats.setdefault(key, []).append(float(v))
+                if cfg.max_grad_norm > 0:
+                    gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                    stats.setdefault("grad_norm", []).append(float(gn))
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        out["pairs"] = float(len(pairs))
+        out["pairs_colocated"] = float(colocated / max(1, cfg.ppo_epochs))
+        out["rows"] = float(len(rows))
+        out["logprob_s"] = t_lp
+        out["optimize_s"] = time.perf_counter() - t0
+        out["lr"] = float(self.scheduler.get_last_lr()[0])
+        return out
+
+    def run_update(self, update: int) -> dict[str, Any]:
+        """Roll out, compute credit, optimise; return this update's (gathered) metrics."""
+        cfg, acc = self.cfg, self.accelerator
+        tasks = self.sample_tasks(update)[self.rank::self.world]
+        result = self._rollout(tasks, cfg.group_size, cfg.temperature, self._seed_for(2, update, self.rank))
+        t0 = time.perf_counter()
+        credits = self.estimator(result.groups)
+        t_credit = time.perf_counter() - t0
+        rows, pairs = build_rows(result, credits)
+        if cfg.save_rollouts:
+            suffix = "" if self.world == 1 else f".rank{self.rank}"
+            save_jsonl(self.run_dir / "rollouts" / f"update_{update + 1:05d}{suffix}.jsonl",
+                       [t for g in result.groups for t in g])
+        opt = self.optimize(rows, pairs, update)
+        episodes = [{"success": t.success, "score": t.score, **m} for g, gm in zip(result.groups, result.meta) for t, m in zip(g, gm)]
+        adv = np.concatenate([a for c in credits for a in c.advantages]) if rows else np.zeros(1)
+        local = {
+            "episodes": episodes,
+            "opt": opt,
+            "credit": {"adv_mean": float(adv.mean()), "adv_std": float(adv.std()), "adv_abs_max": float(np.abs(adv).max()),
+                       "credit_s": t_credit, **_numeric_stats(credits)},
+            "rollout": result.stats,
+        }
+        gathered = _gather(acc, local)
+        eps = [e for g in gathered for e in g["episodes"]]
+        record: dict[str, Any] = {f"train/{k}": v for k, v in episode_metrics(eps).items()}
+        for part in ("opt", "credit", "rollout"):
+            keys = set().union(*(g[part].keys() for g in gathered))
+            for k in sorted(keys):
+                vals = [g[part][k] for g in gathered if k in g[part]]
+                sums = part == "rollout" or k in ("pairs", "rows", "pairs_colocated")
+                record[f"{part}/{k}"] = float(np.sum(vals) if sums else np.mean(vals))
+        rs = record
+        if rs.get("rollout/policy_s"):
+            rs["rollout/gen_tokens_per_s"] = rs["rollout/gen_tokens"] / max(1e-9, rs["rollout/policy_s"] / self.world)
+        rs["rollout/decisions_per_s"] = rs["rollout/decisions"] / max(1e-9, rs["rollout/rollout_s"] / self.world)
+        return record
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, update: int) -> dict[str, float]:
+        """One rollout per validation task at ``val_temperature``; gathered metrics."""
+        cfg = self.cfg
+        refs = [TaskRef(k, cfg.val_split, self._seed_for(3, k)) for k in range(cfg.val_tasks)][self.rank::self.world]
+        episodes = []
+        t0 = time.perf_counter()
+        for s in range(0, len(refs), self.pool.n):
+            chunk = refs[s:s + self.pool.n]
+            res = self._rollout(chunk, 1, cfg.val_temperature, self._seed_for(4, update, self.rank, s))
+            episodes += [{"success": g[0].success, "score": g[0].score, **m[0]} for g, m in zip(res.groups, res.meta)]
+        all_eps = [e for part in _gather(self.accelerator, episodes) for e in part]
+        out = episode_metrics(all_eps)
+        out["eval_s"] = time.perf_counter() - t0
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> dict[str, Any]:
+        """Run (or continue) training; return the final summary (also written to the run folder)."""
+        cfg, acc = self.cfg, self.accelerator
+        progress = _Progress(enabled=cfg.progress and acc.is_main_process, total=cfg.updates, start=self.start_update)
+        t_start = time.perf_counter()
+        try:
+            if self.start_update == 0 and cfg.eval_at_start and not self.eval_history:
+                self._eval_and_log(0)
+            end = cfg.updates if self.stop_after is None else min(cfg.updates, self.start_update + self.stop_after)
+            for u in range(self.start_update, end):
+                t0 = time.perf_counter()
+                record = self.run_update(u)
+                record["time/update_s"] = time.perf_counter() - t0
+                self.metrics.log(u + 1, "train", record)
+                done = u + 1
+                if done % cfg.eval_every == 0 or done == cfg.updates:
+                    self._eval_and_log(done)
+                if done % cfg.save_every == 0 or done == cfg.updates or done == end:
+                    self._checkpoint(done)
+                progress.advance(record.get("train/success", 0.0), self.eval_history[-1]["success"] if self.eval_history else None)
+            summary = self._summary(time.perf_counter() - t_start)
+        finally:
+            progress.close()
+            self.pool.close()
+            self.metrics.close()
+        return summary
+
+    def _eval_and_log(self, update: int) -> None:
+        res = self.evaluate(update)
+        self.eval_history.append({"update": update, **res})
+        self.metrics.log(update, "eval", res)
+
+    def _checkpoint(self, update: int) -> None:
+        state = {"update": update, "sampler": {"kind": "per-update", "seed": self.cfg.seed, "next_update": update},
+                 "eval_history": self.eval_history, "config": self.cfg.to_dict()}
+        save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
+        if self.accelerator.is_main_process:
+            prune_checkpoints(self.run_dir / "checkpoints", self.cfg.keep_checkpoints)
+
+    def _summary(self, seconds: float) -> dict[str, Any]:
+        acc = self.accelerator
+        digests = _gather(acc, weights_digest(self.unwrapped))
+        curve = [(h["update"], h["success"]) for h in self.eval_history if "success" in h]
+        summary = {
+            "run_dir": str(self.run_dir),
+            "updates": self.cfg.updates,
+            "processes": self.world,
+            "weights_identical_across_processes": len(set(digests)) == 1,
+            "weights_digest": digests[0],
+            "eval_curve": curve,
+            "L5": l5(curve),
+            "normalized_auc": normalized_auc(curve),
+            "seconds": seconds,
+            "resumed_from": self.resumed_from,
+        }
+        if acc.is_main_process:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+            try:
+                from trainers.report import write_run_report  # noqa: PLC0415
+
+                write_run_report(self.run_dir)
+            except Exception as exc:  # noqa: BLE001  (a plotting failure must not lose the run)
+                log.warning("could not draw the run report: %s", exc)
+            final = self.run_dir / "policy"
+            self.unwrapped.save_pretrained(final)
+            self.tokenizer.save_pretrained(final)
+        acc.wait_for_everyone()
+        return summary
+
+
+# ---------------------------------------------------------------------- small utilities
+def _numeric_stats(credits: list[Any]) -> dict[str, float]:
+    out: dict[str, list[float]] = {}
+    for c in credits:
+        for k, v in (c.stats or {}).items():
+            if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(float(v)):
+                out.setdefault(k, []).append(float(v))
+    return {f"stat_{k}": float(np.mean(v)) for k, v in out.items()}
+
+
+def _gather(acc: Any, obj: Any) -> list[Any]:
+    if acc.num_processes == 1:
+        return [obj]
+    from accelerate.utils import gather_object  # noqa: PLC0415
+
+    return gather_object([obj])
+
+
+def _broadcast(acc: Any, value: str) -> str:
+    from accelerate.utils import broadcast_object_list  # noqa: PLC0415
+
+    box = [value]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def _all_max(acc: Any, t: torch.Tensor) -> torch.Tensor:
+    if acc.num_processes == 1:
+        return t
+    return acc.gather(t[None]).reshape(acc.num_processes, -1).max(dim=0).values
+
+
+class _Progress:
+    """A rich progress bar over updates (no output when disabled)."""
+
+    def __init__(self, *, enabled: bool, total: int, start: int) -> None:
+        self.bar = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
+
+            self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False)
+            self.task = self.bar.add_task("updates", total=total, completed=start, info="")
+            self.bar.start()
+
+    def advance(self, train_success: float, val_success: float | None) -> None:
+        if self.bar is not None:
+            info = f"train success {train_success:.2f}" + ("" if val_success is None else f" · val {val_success:.2f}")
+            self.bar.update(self.task, advance=1, info=info)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
