@@ -21,7 +21,8 @@ Columns (one entry per row; only the first four are required):
 ``valid``          whether the action was admissible, default True
 ``score``          raw terminal score (constant within a trajectory), default 1.0/0.0 by success
 ``success``        trajectory success (constant within a trajectory), default: Σ reward > 0
-``slot``           rollout slot (constant within a trajectory), default: order within the group
+``slot``           rollout slot (constant within a trajectory), default: order within the group;
+                   when given, trajectories are ordered by slot inside their group
 ``task_id``        default: ``group_id``; ``truncated`` default False
 ``observation``, ``feedback``, ``rubric``, ``extra``; ``keys`` as {name: column}
 =================  ===========================================================================
@@ -68,7 +69,9 @@ class FlatBatch:
     """Flat rows regrouped into sibling groups.
 
     Attributes:
-        groups: The groups, in order of first appearance of their ``group_id``.
+        groups: The groups, in order of first appearance of their ``group_id``; inside a
+            group the trajectories are ordered by ``slot`` when slots were given, else by
+            first appearance.
         rows: ``rows[g][i]`` = input row index of each step of ``groups[g][i]``, in step order.
         n_rows: Number of input rows.
         group_ids, traj_ids: The original ids, ``group_ids[g]`` and ``traj_ids[g][i]``.
@@ -257,6 +260,12 @@ def flat_batch(
         ))
         rows_out[g].append(np.array(rows, dtype=np.intp))
         tids_out[g].append(t_ids[t])
+    if slot is not None:  # canonical order: by slot, so the row order does not matter at all
+        for g in range(len(groups)):
+            order = sorted(range(len(groups[g])), key=lambda i: groups[g][i].slot)
+            groups[g] = [groups[g][i] for i in order]
+            rows_out[g] = [rows_out[g][i] for i in order]
+            tids_out[g] = [tids_out[g][i] for i in order]
     return FlatBatch(groups, rows_out, n, g_ids, tids_out)
 
 
