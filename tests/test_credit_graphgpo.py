@@ -200,3 +200,24 @@ def test_max_product_potential_equals_brute_force() -> None:
                 vals = np.where(np.isfinite(d), base[v] * omega ** np.where(np.isfinite(d), d, 0), 0.0)
                 brute = np.maximum(brute, vals)
             np.testing.assert_allclose(phi, brute, rtol=1e-12)
+
+
+def test_plot_graph_draws_states_edges_and_milestones(tmp_path) -> None:
+    from wrappers.credit.milegpo import milegpo_credit
+    from wrappers.credit.plots import plot_graph
+
+    group = three_group()
+    ax = plot_graph(group, credit=milegpo_credit(group))
+    title = ax.get_title()
+    # the title carries the stats computed above: 5 states, 7 edges, reuse 5/8, reachable 4/5, ties 1/2
+    assert title.startswith("GraphGPO graph: 5 states, 7 edges, reuse 0.62, reachable 0.80, ties 0.50")
+    assert "2 milestones, 0 traps" in title
+    # 7 distinct (u, v) edges are drawn as arrows; 7 nodes (5 states, SUCCESS, one dead end) are labelled
+    arrows = [c for c in ax.texts if getattr(c, "arrow_patch", None) is not None and not c.get_text()]
+    assert len(arrows) == 7
+    assert sorted(t.get_text() for t in ax.texts if t.get_text()) == sorted(
+        ["s0", "s1", "s2", "s3", "s4", "SUCCESS", "end τ1"])
+    # node x positions are −D: s0 at −3, success at 0
+    path = tmp_path / "graph.png"
+    ax.figure.savefig(path)
+    assert path.stat().st_size > 1000
