@@ -1,0 +1,688 @@
+"""The arena's training loop: rollouts, credit, clipped updates, validation, metric files.
+
+One *run* trains a fresh :class:`~trainers.arena.policy.LinearSoftmaxPolicy` with one
+method (estimator, or estimator with an ablation) and one seed:
+
+1. every update samples ``tasks_per_update`` (P) tasks from a fixed training pool and plays
+   ``group_size`` (G) siblings of each from identical start states (same task, same reset
+   seed) at temperature 1, recording each decision's features and log π_old(a);
+2. the estimator turns the P groups into per-step advantages (and MCGPO preferences);
+3. ``epochs`` passes of pair-aware mini-batch Adam steps on the per-decision SPEC §5
+   objective (:mod:`trainers.arena.objective`), the reference policy being the initial one;
+4. every ``eval_every`` updates (and before the first) one rollout per validation task at
+   temperature 0.4 (SPEC §6).
+
+Everything is seeded from ``(seed, update, task, slot)``, and environment stepping is
+deterministic given the task, so the same configuration gives the same numbers, whichever
+worker process runs it and in whatever order.
+
+Metric records (``runs/<method>__seed<k>/metrics.jsonl``) are described in
+:mod:`trainers.arena.report`.  Wall-clock times are kept under the ``"time"`` key and in
+the ``end`` record, apart from the deterministic numbers.
+
+Example (a tiny run on generated ALFWorld games; takes about a minute):
+    >>> from trainers.arena.runner import ArenaConfig, run_arena   # doctest: +SKIP
+    >>> cfg = ArenaConfig(env="alfworld-generated", updates=4, tasks_per_update=2, group_size=4)
+    >>> summary = run_arena(cfg, methods=["grpo", "mcgpo"], seeds=[0, 1], out_dir="arena_out")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent_envs.trajectory import Step, Trajectory
+from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
+from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
+from trainers.arena.variants import MethodSpec, resolve_method
+
+__all__ = [
+    "EnvPreset",
+    "ENV_PRESETS",
+    "ArenaConfig",
+    "DecisionRecord",
+    "play_episode",
+    "run_one",
+    "run_arena",
+    "run_dir_name",
+]
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------- environments
+
+
+@dataclass(frozen=True)
+class EnvPreset:
+    """How the arena uses one environment.
+
+    Attributes:
+        env_id: Gymnasium id.
+        family: ``"alfworld"`` or ``"webshop"`` (estimator defaults).
+        make_kwargs: Keyword arguments of ``gym.make``.
+        train_split: ``options["split"]`` of training resets (``None``: the env's own).
+        val_split: ``options["split"]`` of validation resets.
+        val_offset: First task index of the validation set inside ``val_split`` (used when
+            training and validation share a split, so the two sets are disjoint).
+        max_steps: Arena default horizon (the environment's ``max_steps``).
+    """
+
+    env_id: str
+    family: str
+    make_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    train_split: str | None = None
+    val_split: str | None = None
+    val_offset: int = 0
+    max_steps: int = 20
+
+
+#: Named environments of ``rubricgym arena --env``.
+ENV_PRESETS: dict[str, EnvPreset] = {
+    "alfworld-generated": EnvPreset(
+        "ALFWorld-Rubric-v0", "alfworld", {"split": "generated"}, "generated", "generated",
+        val_offset=10_000, max_steps=20,
+    ),
+    "alfworld": EnvPreset(
+        "ALFWorld-Rubric-v0", "alfworld", {"split": "train"}, "train", "valid_seen", max_steps=30,
+    ),
+    "alfworld-unseen": EnvPreset(
+        "ALFWorld-Rubric-v0", "alfworld", {"split": "train"}, "train", "valid_unseen", max_steps=30,
+    ),
+    "webshop": EnvPreset("WebShop-Rubric-v0", "webshop", {}, "train", "eval", max_steps=15),
+}
+
+
+# ------------------------------------------------------------------------------- configuration
+
+#: Per-environment defaults of :meth:`ArenaConfig.for_env` (measured; see docs/arena.md).
+DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
+    "alfworld-generated": {},
+    "alfworld": {},
+    "alfworld-unseen": {},
+    "webshop": {},
+}
+
+
+@dataclass
+class ArenaConfig:
+    """One arena setting (everything but the method and the seed).
+
+    Attributes:
+        env: A key of :data:`ENV_PRESETS`.
+        updates: Training updates per run.
+        tasks_per_update: P, task groups per update.
+        group_size: G, siblings per task.
+        train_tasks: Size of the fixed training pool (task indices 0..N-1 of the split).
+        val_tasks: Size of the fixed validation set.
+        eval_every: Validate every this many updates (and before the first).
+        epochs: Passes over an update's rows.
+        minibatch: Rows per micro-batch (MCGPO pairs are kept together).
+        lr: Adam step size.
+        temperature: Rollout temperature (SPEC §5: 1.0).
+        eval_temperature: Validation temperature (SPEC §6: 0.4).
+        max_steps: Episode horizon (``None``: the preset's).
+        dim: Hashed feature dimension.
+        clip_low, clip_high, dual_clip, kl_coef, entropy_coef, pair_coef: The objective
+            (:class:`~trainers.arena.objective.ObjectiveConfig`).
+        estimator_params: Extra estimator parameters applied to every method.
+        scpo_scorer: SCPO's scorer spec (``lexical`` by default in the arena).
+        save_rollouts: Also write each update's trajectories as JSON Lines.
+    """
+
+    env: str = "alfworld-generated"
+    updates: int = 30
+    tasks_per_update: int = 4
+    group_size: int = 8
+    train_tasks: int = 24
+    val_tasks: int = 24
+    eval_every: int = 5
+    epochs: int = 2
+    minibatch: int = 32
+    lr: float = 0.1
+    temperature: float = 1.0
+    eval_temperature: float = 0.4
+    max_steps: int | None = None
+    dim: int = 2**18
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float = 3.0
+    kl_coef: float = 0.01
+    entropy_coef: float = 0.001
+    pair_coef: float = 0.05
+    estimator_params: dict[str, Any] = field(default_factory=dict)
+    scpo_scorer: str = "lexical"
+    save_rollouts: bool = False
+
+    def __post_init__(self) -> None:
+        if self.env not in ENV_PRESETS:
+            raise ValueError(f"unknown arena env {self.env!r}; choose one of {', '.join(ENV_PRESETS)}")
+        positive = ("updates", "tasks_per_update", "group_size", "train_tasks", "val_tasks",
+                    "eval_every", "epochs", "minibatch", "dim")
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ArenaConfig.{name} must be a positive integer, got {value!r}")
+        if self.group_size < 2:
+            raise ValueError(f"ArenaConfig.group_size must be >= 2 (siblings are compared), got {self.group_size}")
+        if self.tasks_per_update > self.train_tasks:
+            raise ValueError(
+                f"ArenaConfig.tasks_per_update ({self.tasks_per_update}) exceeds train_tasks ({self.train_tasks})"
+            )
+        for name in ("lr", "temperature", "eval_temperature"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"ArenaConfig.{name} must be a positive number, got {value!r}")
+        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+            raise ValueError(f"ArenaConfig.max_steps must be a positive integer or None, got {self.max_steps!r}")
+        self.objective()  # validates the coefficients
+
+    @classmethod
+    def for_env(cls, env: str, **overrides: Any) -> ArenaConfig:
+        """The arena's default setting for ``env`` (sized for a 3-seed, seven-estimator
+        comparison in under 20 minutes on a 2-core CPU), with ``overrides``."""
+        if env not in ENV_PRESETS:
+            raise ValueError(f"unknown arena env {env!r}; choose one of {', '.join(ENV_PRESETS)}")
+        base = dict(DEFAULT_SETTINGS.get(env, {}))
+        base.update(overrides)
+        return cls(env=env, **base)
+
+    @property
+    def preset(self) -> EnvPreset:
+        """The environment preset."""
+        return ENV_PRESETS[self.env]
+
+    @property
+    def horizon(self) -> int:
+        """The episode horizon used."""
+        return self.max_steps if self.max_steps is not None else self.preset.max_steps
+
+    def objective(self, overrides: Mapping[str, Any] | None = None) -> ObjectiveConfig:
+        """The objective coefficients, with a method's overrides."""
+        kw = {f.name: getattr(self, f.name) for f in fields(ObjectiveConfig)}
+        kw.update(overrides or {})
+        return ObjectiveConfig(**kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-encodable dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ArenaConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown ArenaConfig field(s): {', '.join(unknown)}")
+        return cls(**dict(data))
+
+
+# ------------------------------------------------------------------------------- rollouts
+
+
+@dataclass
+class DecisionRecord:
+    """What the update needs about one decision (kept beside its :class:`Step`)."""
+
+    decision: Decision
+    chosen: int
+    old_logp: float
+
+
+_ENV_CACHE: dict[tuple[str, str], Any] = {}
+
+
+def _make_env(preset: EnvPreset, max_steps: int) -> Any:
+    """One environment per (preset, horizon) per process, reused across runs."""
+    key = (json.dumps([preset.env_id, dict(preset.make_kwargs)], sort_keys=True, default=str), str(max_steps))
+    env = _ENV_CACHE.get(key)
+    if env is None:
+        import gymnasium as gym  # noqa: PLC0415
+
+        import agent_envs  # noqa: F401, PLC0415  (registers the environments)
+
+        env = gym.make(preset.env_id, max_steps=max_steps, **dict(preset.make_kwargs))
+        _ENV_CACHE[key] = env
+    return env
+
+
+def _hashable(value: Any, fallback: Hashable) -> Hashable:
+    if value is None:
+        return fallback
+    try:
+        hash(value)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
+
+
+def play_episode(
+    env: Any,
+    *,
+    task: Any,
+    split: str | None,
+    slot: int,
+    policy: LinearSoftmaxPolicy,
+    featurizer: Featurizer,
+    rng: np.random.Generator,
+    temperature: float,
+    reset_seed: int = 0,
+) -> tuple[Trajectory, list[DecisionRecord], dict[str, Any]]:
+    """Play one episode with the arena policy, choosing among the admissible actions.
+
+    Args:
+        env: A rubricgym environment (SPEC §2 ``info`` contract).
+        task: Task index or id (``options["task"]``).
+        split: ``options["split"]`` (``None`` leaves it out).
+        slot: Rollout slot of this sibling (MCGPO folds use it).
+        policy: The acting policy.
+        featurizer: Feature extractor matching the policy.
+        rng: Source of the action draws.
+        temperature: Sampling temperature.
+        reset_seed: ``reset(seed=...)``; siblings share it, so they start identically.
+
+    Returns:
+        ``(trajectory, decision records, episode info)``; the info holds ``task_type``
+        and ``invalid`` (count of invalid actions).
+    """
+    options: dict[str, Any] = {"task": task}
+    if split is not None:
+        options["split"] = split
+    obs, info = env.reset(seed=reset_seed, options=options)
+    obs = str(obs)
+    task_info = info.get("task") or {}
+    goal = str(task_info.get("goal", ""))
+    task_type = str(task_info.get("type", "-"))
+    task_id = _hashable(task_info.get("id"), task)
+    steps: list[Step] = []
+    records: list[DecisionRecord] = []
+    history: list[str] = []
+    invalid = 0
+    truncated = False
+    score, won = float(info.get("score", 0.0)), bool(info.get("won", False))
+    while True:
+        actions = list(info.get("admissible_actions") or [])
+        if not actions:
+            raise RuntimeError(f"task {task!r}: the environment offers no admissible action")
+        decision = featurizer.decision(
+            goal=goal, task_type=task_type, observation=obs, actions=actions,
+            rubric=info.get("rubric"), history=history,
+        )
+        k, logp_t = policy.sample(decision, rng, temperature)
+        action = actions[k]
+        # log π_old at temperature 1 (the objective's ratio is at temperature 1)
+        old_logp = float(policy.log_probabilities(decision)[k]) if temperature != 1.0 else logp_t
+        obs2, reward, terminated, trunc, info2 = env.step(action)
+        valid = bool(info2.get("valid", True))
+        invalid += int(not valid)
+        action_keys = info.get("action_keys")
+        action_key = action_keys.get(action) if isinstance(action_keys, Mapping) else None
+        steps.append(
+            Step(
+                state_key=_hashable(info.get("state_key"), obs),
+                action=action,
+                action_key=_hashable(action_key, action) if action_key is not None else None,
+                reward=float(info2.get("task_reward", reward)),
+                penalty=float(info2.get("penalty", 0.0)),
+                valid=valid,
+                observation=obs,
+                feedback=str(obs2),
+                rubric=dict(info.get("rubric") or {}),
+                keys=dict(info.get("keys") or {}),
+                next_state_key=_hashable(info2.get("state_key"), str(obs2)),
+            )
+        )
+        records.append(DecisionRecord(decision, k, old_logp))
+        history.append(action)
+        obs, info = str(obs2), info2
+        score, won = float(info.get("score", score)), bool(info.get("won", False))
+        if terminated or trunc:
+            truncated = bool(trunc and not terminated)
+            break
+    traj = Trajectory(task_id=task_id, slot=slot, steps=steps, score=score, success=won, truncated=truncated)
+    return traj, records, {"task_type": task_type, "invalid": invalid}
+
+
+# ------------------------------------------------------------------------------- updates
+
+
+def _minibatches(
+    n_rows: int, pairs: Sequence[tuple[int, int, float]], size: int, rng: np.random.Generator
+) -> list[tuple[list[int], list[tuple[int, int, float]]]]:
+    """Shuffle rows into micro-batches of about ``size`` rows with both rows of every pair
+    in the same micro-batch; returns ``(rows, pairs with batch-local positions)``."""
+    paired: set[int] = set()
+    units: list[tuple[list[int], list[tuple[int, int, float]]]] = []
+    for p, q, w in pairs:
+        if p in paired or q in paired or p == q:
+            continue  # the allocator gives disjoint pairs; keep the first use of a row
+        paired.update((p, q))
+        units.append(([p, q], [(p, q, w)]))
+    units += [([r], []) for r in range(n_rows) if r not in paired]
+    order = rng.permutation(len(units))
+    batches: list[tuple[list[int], list[tuple[int, int, float]]]] = []
+    rows: list[int] = []
+    bpairs: list[tuple[int, int, float]] = []
+    for u in order:
+        urows, upairs = units[u]
+        if rows and len(rows) + len(urows) > size:
+            batches.append((rows, bpairs))
+            rows, bpairs = [], []
+        rows += urows
+        bpairs += upairs
+    if rows:
+        batches.append((rows, bpairs))
+    out = []
+    for rows, bpairs in batches:
+        pos = {r: i for i, r in enumerate(rows)}
+        out.append((rows, [(pos[p], pos[q], w) for p, q, w in bpairs]))
+    return out
+
+
+def update_policy(
+    policy: LinearSoftmaxPolicy,
+    reference: LinearSoftmaxPolicy,
+    optimizer: Adam,
+    records: Sequence[DecisionRecord],
+    advantages: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    objective: ObjectiveConfig,
+    *,
+    epochs: int,
+    minibatch: int,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """Several epochs of pair-aware mini-batch Adam steps; returns mean loss diagnostics."""
+    decisions = [r.decision for r in records]
+    chosen = np.array([r.chosen for r in records], dtype=np.int64)
+    old = np.array([r.old_logp for r in records], dtype=np.float64)
+    ref = reference.evaluate(decisions, chosen).logp
+    acc: dict[str, list[float]] = defaultdict(list)
+    for _ in range(epochs):
+        for rows, bpairs in _minibatches(len(records), pairs, minibatch, rng):
+            ev = policy.evaluate([decisions[r] for r in rows], chosen[rows])
+            out = decision_loss(
+                logp=ev.logp, old_logp=old[rows], ref_logp=ref[rows], advantages=advantages[rows],
+                entropy=ev.entropy, pairs=bpairs, config=objective,
+            )
+            optimizer.step(policy.weights, ev.grad(out.d_logp, out.d_entropy))
+            for k in ("loss", "policy_loss", "kl", "entropy", "pair_loss", "clip_fraction", "dual_clip_fraction"):
+                acc[k].append(getattr(out, k))
+            if out.n_pairs:
+                acc["pair_accuracy"].append(out.pair_accuracy)
+    final = policy.evaluate(decisions, chosen).logp
+    stats = {k: float(np.mean(v)) for k, v in acc.items()}
+    stats["approx_kl_old"] = float(np.mean(old - final))
+    return stats
+
+
+def _aggregate_credit(results: Sequence[Any]) -> dict[str, float]:
+    """Mean over the update's groups of every numeric ``CreditResult.stats`` entry."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for res in results:
+        for k, v in (res.stats or {}).items():
+            if isinstance(v, (bool, np.bool_)):
+                v = float(v)
+            if isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(float(v)):
+                acc[str(k)].append(float(v))
+    out = {k: float(np.mean(v)) for k, v in sorted(acc.items())}
+    out["pairs_per_update"] = float(sum(len(r.pairs) for r in results))
+    return out
+
+
+# ------------------------------------------------------------------------------- one run
+
+
+def run_dir_name(method: str, seed: int) -> str:
+    """Folder name of a run: ``<method>__seed<k>`` with ``:`` and ``+`` kept readable."""
+    safe = method.replace("/", "_").replace(" ", "")
+    return f"{safe}__seed{seed}"
+
+
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.default_rng([int(k) & 0xFFFFFFFF for k in key])
+
+
+def _evaluate(
+    env: Any, cfg: ArenaConfig, policy: LinearSoftmaxPolicy, featurizer: Featurizer, seed: int, update: int
+) -> dict[str, Any]:
+    preset = cfg.preset
+    succ, score, steps, invalid = [], [], [], 0
+    per_type: dict[str, list[float]] = defaultdict(list)
+    for k in range(cfg.val_tasks):
+        task = preset.val_offset + k
+        traj, _, meta = play_episode(
+            env, task=task, split=preset.val_split, slot=0, policy=policy, featurizer=featurizer,
+            rng=_rng(seed, 1_000_003, update, k), temperature=cfg.eval_temperature, reset_seed=task,
+        )
+        succ.append(float(traj.success))
+        score.append(float(traj.score))
+        steps.append(len(traj.steps))
+        invalid += meta["invalid"]
+        per_type[meta["task_type"]].append(float(traj.success))
+    return {
+        "kind": "eval",
+        "update": update,
+        "success": float(np.mean(succ)),
+        "score": float(np.mean(score)),
+        "invalid_rate": invalid / max(1, sum(steps)),
+        "mean_steps": float(np.mean(steps)),
+        "per_type": {t: float(np.mean(v)) for t, v in sorted(per_type.items())},
+    }
+
+
+def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Train and validate one (method, seed) run; writes ``runs/<method>__seed<k>/``.
+
+    Returns the ``end`` record (readouts and seconds).
+
+    Raises:
+        ValueError: an unknown method or variant.
+    """
+    from trainers.arena.report import RunMetrics  # noqa: PLC0415
+
+    t_start = time.perf_counter()
+    preset = cfg.preset
+    spec: MethodSpec = resolve_method(method, preset.family, cfg.estimator_params, scpo_scorer=cfg.scpo_scorer)
+    estimator = spec.build()
+    objective = cfg.objective(spec.objective)
+    run_dir = Path(out_dir) / "runs" / run_dir_name(method, seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics_path = run_dir / "metrics.jsonl"
+    tmp_path = run_dir / "metrics.jsonl.partial"
+    env = _make_env(preset, cfg.horizon)
+    featurizer = Featurizer(cfg.dim)
+    policy = LinearSoftmaxPolicy(cfg.dim)
+    reference = policy.copy()
+    optimizer = Adam(cfg.dim, lr=cfg.lr)
+    run = RunMetrics(method=method, seed=seed)
+    task_rng = _rng(seed, 7)
+    log.info("arena run %s seed %d: %s", method, seed, spec.params)
+    with tmp_path.open("w", encoding="utf-8") as fh:
+
+        def emit(rec: dict[str, Any]) -> None:
+            fh.write(json.dumps(rec, sort_keys=True, allow_nan=True) + "\n")
+            fh.flush()
+
+        emit({"kind": "config", "method": method, "seed": seed, "estimator": spec.estimator,
+              "variants": list(spec.variants), "estimator_params": {k: v for k, v in spec.params.items()},
+              "objective": asdict(objective), "arena": cfg.to_dict()})
+        t_eval = time.perf_counter()
+        rec = _evaluate(env, cfg, policy, featurizer, seed, 0)
+        rec["time"] = {"eval": time.perf_counter() - t_eval}
+        run.evals.append(rec)
+        emit(rec)
+        for update in range(1, cfg.updates + 1):
+            t0 = time.perf_counter()
+            tasks = sorted(task_rng.choice(cfg.train_tasks, size=cfg.tasks_per_update, replace=False).tolist())
+            groups: list[list[Trajectory]] = []
+            group_records: list[list[list[DecisionRecord]]] = []
+            invalid = 0
+            for task in tasks:
+                group, grecs = [], []
+                for slot in range(cfg.group_size):
+                    traj, recs, meta = play_episode(
+                        env, task=task, split=preset.train_split, slot=slot, policy=policy,
+                        featurizer=featurizer, rng=_rng(seed, update, task, slot),
+                        temperature=cfg.temperature, reset_seed=task,
+                    )
+                    group.append(traj)
+                    grecs.append(recs)
+                    invalid += meta["invalid"]
+                groups.append(group)
+                group_records.append(grecs)
+            t1 = time.perf_counter()
+            results = estimator(groups)
+            t2 = time.perf_counter()
+            # Flatten rows; map MCGPO preferences (traj, step) -> row ids.
+            records: list[DecisionRecord] = []
+            adv_parts: list[np.ndarray] = []
+            pairs: list[tuple[int, int, float]] = []
+            for group, grecs, res in zip(groups, group_records, results):
+                offsets = {}
+                for i, (traj, recs) in enumerate(zip(group, grecs)):
+                    offsets[i] = len(records)
+                    records += recs
+                    adv_parts.append(np.asarray(res.advantages[i], dtype=np.float64))
+                for pref in res.pairs:
+                    (pi, pt), (ni, nt) = pref.preferred, pref.rejected
+                    pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
+            advantages = np.concatenate(adv_parts) if adv_parts else np.zeros(0)
+            loss_stats = update_policy(
+                policy, reference, optimizer, records, advantages, pairs, objective,
+                epochs=cfg.epochs, minibatch=cfg.minibatch, rng=_rng(seed, update, 99),
+            )
+            t3 = time.perf_counter()
+            trajs = [t for g in groups for t in g]
+            n_steps = sum(len(t.steps) for t in trajs)
+            train_rec = {
+                "kind": "train",
+                "update": update,
+                "tasks": tasks,
+                "success": float(np.mean([t.success for t in trajs])),
+                "score": float(np.mean([t.score for t in trajs])),
+                "mean_steps": n_steps / len(trajs),
+                "invalid_rate": invalid / max(1, n_steps),
+                "rows": len(records),
+                "adv_abs_mean": float(np.mean(np.abs(advantages))) if advantages.size else 0.0,
+                "adv_zero_share": float(np.mean(np.abs(advantages) < 1e-9)) if advantages.size else 1.0,
+                "groups_with_success": int(sum(any(t.success for t in g) for g in groups)),
+                "credit": _aggregate_credit(results),
+                "loss": loss_stats,
+                "time": {"rollout": t1 - t0, "credit": t2 - t1, "update": t3 - t2},
+            }
+            run.train.append(train_rec)
+            emit(train_rec)
+            if cfg.save_rollouts:
+                from agent_envs.trajectory import save_jsonl  # noqa: PLC0415
+
+                save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", trajs)
+            if update % cfg.eval_every == 0 or update == cfg.updates:
+                t_eval = time.perf_counter()
+                rec = _evaluate(env, cfg, policy, featurizer, seed, update)
+                rec["time"] = {"eval": time.perf_counter() - t_eval}
+                run.evals.append(rec)
+                emit(rec)
+                log.info("%s seed %d update %d: validation success %.3f", method, seed, update, rec["success"])
+        end = {"kind": "end", "readouts": run.readouts(), "seconds": time.perf_counter() - t_start}
+        emit(end)
+    os.replace(tmp_path, metrics_path)
+    return end
+
+
+# ------------------------------------------------------------------------------- many runs
+
+
+def _run_job(args: tuple[dict[str, Any], str, int, str]) -> tuple[str, int, dict[str, Any]]:
+    cfg_dict, method, seed, out_dir = args
+    logging.basicConfig(level=logging.WARNING)
+    return method, seed, run_one(ArenaConfig.from_dict(cfg_dict), method, seed, out_dir)
+
+
+def run_arena(
+    cfg: ArenaConfig,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    out_dir: str | os.PathLike[str],
+    *,
+    workers: int = 1,
+    baseline: str | None = None,
+    progress: Callable[[str, int, dict[str, Any]], None] | None = None,
+    title: str | None = None,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Run every (method, seed), then write the report; returns the summary.
+
+    Args:
+        cfg: The arena setting.
+        methods: Method strings (``estimator`` or ``estimator:variant``).
+        seeds: Training seeds (paired across methods).
+        out_dir: Output folder (``config.json``, ``runs/``, ``results.md``, PNGs).
+        workers: Parallel processes (each run is independent, so results do not depend
+            on this number).
+        baseline: Method for paired differences (default: the first method).
+        progress: Called after each finished run with ``(method, seed, end record)``.
+        title: Title of the results table.
+        command: The command line to record in the report.
+
+    Raises:
+        ValueError: no methods or seeds, duplicates, or an unknown method (checked before
+            any run starts).
+    """
+    from trainers.arena.report import write_report  # noqa: PLC0415
+
+    methods = [m.strip() for m in methods]
+    if not methods or not seeds:
+        raise ValueError("run_arena needs at least one method and one seed")
+    if len(set(methods)) != len(methods) or len(set(seeds)) != len(seeds):
+        raise ValueError("methods and seeds must not repeat")
+    for m in methods:  # fail before any work
+        resolve_method(m, cfg.preset.family, cfg.estimator_params, scpo_scorer=cfg.scpo_scorer).build()
+    if baseline is not None and baseline not in methods:
+        raise ValueError(f"baseline {baseline!r} is not among the methods {methods}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(
+        json.dumps({"arena": cfg.to_dict(), "methods": methods, "seeds": list(seeds), "command": command},
+                   indent=2, default=str),
+        encoding="utf-8",
+    )
+    jobs = [(cfg.to_dict(), m, int(s), str(out)) for s in seeds for m in methods]
+    t0 = time.perf_counter()
+    if workers <= 1:
+        for job in jobs:
+            method, seed, end = _run_job(job)
+            if progress:
+                progress(method, seed, end)
+    else:
+        import multiprocessing as mp  # noqa: PLC0415
+        from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_job, job) for job in jobs]
+            for fut in as_completed(futures):
+                method, seed, end = fut.result()
+                if progress:
+                    progress(method, seed, end)
+    wall = time.perf_counter() - t0
+    preamble = (
+        f"Environment `{cfg.env}`; {cfg.updates} updates x {cfg.tasks_per_update} tasks x "
+        f"{cfg.group_size} siblings; {cfg.val_tasks} validation tasks every {cfg.eval_every} updates; "
+        f"seeds {', '.join(map(str, seeds))}; wall time {wall / 60:.1f} min with {workers} worker(s)."
+    )
+    if command:
+        preamble = f"Command: `{command}`\n\n" + preamble
+    summary = write_report(out, baseline=baseline or methods[0], title=title or f"Arena: {cfg.env}",
+                           preamble=preamble)
+    summary["wall_seconds"] = wall
+    return summary

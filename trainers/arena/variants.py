@@ -1,0 +1,201 @@
+"""Arena methods: estimators with per-environment defaults, and the papers' ablations.
+
+A *method* is written ``estimator`` or ``estimator:variant[+variant...]``, e.g. ``grpo``,
+``mcgpo:uniform_weights`` or ``mcgpo:same_fold+uniform_weights`` (the 2x2 factorial of
+[MCGPO Table 2b]).  :func:`resolve_method` turns it into the estimator's keyword parameters
+plus overrides of the arena objective (MCGPO's "no pairwise loss" sets λ_pair = 0 and
+keeps the preference diagnostics).
+
+Per-environment defaults follow SPEC §4: GraphGPO (and MCGPO's GraphGPO task branch)
+γ = 0.1 on ALFWorld and 0.2 on WebShop; MileGPO's ``alfworld``/``webshop`` presets;
+SCPO α = 0.5 / 1.0 and τ_succ = 0 / 9.0.  SCPO's scorer in the arena is the
+dependency-free lexical one (fast, no model load); ``scpo_scorer="auto"`` selects the
+bi-encoder.
+
+Ablations [MCGPO §4.3, Table 2; SCPO §4.4; MileGPO Table 5]:
+
+============================  =========================================================
+``mcgpo:same_fold``           labels from the candidates' own fold (``evidence="same"``)
+``mcgpo:uniform_weights``     every pair weighs 1 (``weighting="uniform"``)
+``mcgpo:state_only``          context = state summary only (``keys="state"``)
+``mcgpo:rubric_only``         context = rubric signature only (``keys="rubric"``)
+``mcgpo:shuffled_rubric``     (C, F) permuted among a task's rows (``shuffle_rubric=True``)
+``mcgpo:no_pair_loss``        λ_pair = 0 (objective), preferences still built
+``scpo:chronological``        failed steps processed in time order (``order="chronological"``)
+``scpo:no_monotonicity``      matcher without the monotone frontier (``monotonic=False``)
+``scpo:shortest_reference``   the shortest success as reference (``reference="shortest"``)
+``milegpo:no_pcc``            without path-contrast calibration (``pcc=False``)
+``milegpo:no_pcc_rcs``        without PCC and reward-contrast shaping (``pcc=False, rcs=False``)
+============================  =========================================================
+
+Example:
+    >>> m = resolve_method("mcgpo:uniform_weights", "alfworld")
+    >>> m.estimator, m.params["weighting"], m.params["gamma"]
+    ('mcgpo', 'uniform', 0.1)
+    >>> resolve_method("mcgpo:no_pair_loss", "webshop").objective
+    {'pair_coef': 0.0}
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ESTIMATORS",
+    "VARIANTS",
+    "ENV_FAMILIES",
+    "MethodSpec",
+    "estimator_defaults",
+    "resolve_method",
+    "available_methods",
+]
+
+#: The seven estimators, in the order the arena compares them.
+ESTIMATORS: tuple[str, ...] = ("grpo", "rloo", "gigpo", "graphgpo", "milegpo", "scpo", "mcgpo")
+
+#: Environment families with their own estimator defaults.
+ENV_FAMILIES: tuple[str, ...] = ("alfworld", "webshop")
+
+#: variant name -> (estimator, estimator parameter overrides, objective overrides, description)
+VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any], str]]] = {
+    "mcgpo": {
+        "same_fold": ({"evidence": "same"}, {}, "evidence from the candidates' own fold"),
+        "uniform_weights": ({"weighting": "uniform"}, {}, "every preference weighs 1"),
+        "state_only": ({"keys": "state"}, {}, "contexts from state summaries only"),
+        "rubric_only": ({"keys": "rubric"}, {}, "contexts from the rubric signature only"),
+        "shuffled_rubric": ({"shuffle_rubric": True}, {}, "(C, F) permuted among a task's rows"),
+        "no_pair_loss": ({}, {"pair_coef": 0.0}, "λ_pair = 0 (preferences still built)"),
+    },
+    "scpo": {
+        "chronological": ({"order": "chronological"}, {}, "failed steps in time order"),
+        "no_monotonicity": ({"monotonic": False}, {}, "no monotone frontier in the matcher"),
+        "shortest_reference": ({"reference": "shortest"}, {}, "shortest success as reference"),
+    },
+    "milegpo": {
+        "no_pcc": ({"pcc": False}, {}, "without path-contrast calibration"),
+        "no_pcc_rcs": ({"pcc": False, "rcs": False}, {}, "without PCC and reward-contrast shaping"),
+    },
+}
+
+
+def estimator_defaults(estimator: str, family: str, scpo_scorer: str = "lexical") -> dict[str, Any]:
+    """SPEC §4 per-environment parameters of ``estimator`` for the arena.
+
+    ``scpo_scorer`` is SCPO's scorer spec (:func:`wrappers.credit.scorers.make_scorer`).
+    """
+    if family not in ENV_FAMILIES:
+        raise ValueError(f"unknown environment family {family!r}; use one of {', '.join(ENV_FAMILIES)}")
+    alf = family == "alfworld"
+    table: dict[str, dict[str, Any]] = {
+        "grpo": {},
+        "rloo": {},
+        "gigpo": {"gamma": 0.95},
+        "graphgpo": {"gamma": 0.1 if alf else 0.2},
+        "milegpo": {"preset": family},
+        "scpo": {"alpha": 0.5 if alf else 1.0, "success_threshold": 0.0 if alf else 9.0, "scorer": scpo_scorer},
+        "mcgpo": {"gamma": 0.1 if alf else 0.2},
+    }
+    return dict(table.get(estimator, {}))
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A resolved arena method.
+
+    Attributes:
+        label: The method string as given (used for folder names and tables).
+        estimator: Registered estimator name.
+        variants: Variant names applied, in order.
+        params: Keyword parameters for :func:`wrappers.credit.get_estimator`.
+        objective: Overrides of :class:`~trainers.arena.objective.ObjectiveConfig` fields.
+    """
+
+    label: str
+    estimator: str
+    variants: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    objective: dict[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Any:
+        """The estimator object (:func:`wrappers.credit.get_estimator`).
+
+        Raises:
+            ValueError: the installed estimator does not accept a variant's switch (names
+                the variant and the parameters it accepts).
+        """
+        from wrappers.credit import get_estimator  # noqa: PLC0415
+
+        try:
+            return get_estimator(self.estimator, **self.params)
+        except TypeError as exc:
+            raise ValueError(f"method {self.label!r}: {exc}") from None
+
+
+def resolve_method(
+    method: str, family: str, extra_params: Mapping[str, Any] | None = None, *, scpo_scorer: str = "lexical"
+) -> MethodSpec:
+    """Parse ``estimator[:variant[+variant...]]`` into a :class:`MethodSpec`.
+
+    Args:
+        method: The method string.
+        family: ``"alfworld"`` or ``"webshop"`` (per-environment defaults).
+        extra_params: Estimator parameters that override defaults and variants.
+        scpo_scorer: SCPO's scorer spec (the arena default is the fast lexical scorer).
+
+    Raises:
+        ValueError: an empty method, an unknown estimator or variant (lists the known ones),
+            or a variant switch the installed estimator does not accept.
+    """
+    from wrappers.credit import available_estimators  # noqa: PLC0415
+
+    if not isinstance(method, str) or not method.strip():
+        raise ValueError("a method must be a non-empty string like 'grpo' or 'mcgpo:uniform_weights'")
+    name, _, rest = method.strip().partition(":")
+    known = available_estimators()
+    if name not in known:
+        raise ValueError(f"unknown estimator {name!r} in method {method!r}; available: {', '.join(known)}")
+    params = estimator_defaults(name, family, scpo_scorer)
+    objective: dict[str, Any] = {}
+    variants: list[str] = []
+    if rest:
+        table = VARIANTS.get(name, {})
+        for v in rest.split("+"):
+            v = v.strip()
+            if v not in table:
+                options = ", ".join(f"{name}:{k}" for k in table) or "none"
+                raise ValueError(f"unknown variant {v!r} of {name}; variants: {options}")
+            est_over, obj_over, _ = table[v]
+            params.update(est_over)
+            objective.update(obj_over)
+            variants.append(v)
+    if extra_params:
+        params.update(extra_params)
+    spec = MethodSpec(method.strip(), name, tuple(variants), params, objective)
+    _check_params(spec)
+    return spec
+
+
+def _check_params(spec: MethodSpec) -> None:
+    """Fail early, naming the variant, when the estimator lacks a parameter."""
+    from wrappers.credit.base import _REGISTRY  # noqa: PLC0415
+
+    cls = _REGISTRY[spec.estimator]
+    accepted = [k for k in inspect.signature(cls.__init__).parameters if k != "self"]
+    missing = [k for k in spec.params if k not in accepted]
+    if missing:
+        raise ValueError(
+            f"method {spec.label!r}: estimator {spec.estimator!r} does not accept "
+            f"{', '.join(missing)} (this variant needs a newer {spec.estimator}); "
+            f"accepted parameters: {', '.join(accepted)}"
+        )
+
+
+def available_methods() -> list[str]:
+    """Every estimator and every ``estimator:variant`` string."""
+    out = list(ESTIMATORS)
+    for est, table in VARIANTS.items():
+        out += [f"{est}:{v}" for v in table]
+    return out
