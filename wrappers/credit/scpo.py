@@ -58,7 +58,7 @@ from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice, outcomes, step_returns, task_norm
 from wrappers.credit.gigpo import gigpo_step_advantages
-from wrappers.credit.scorers import PairScorer, make_scorer
+from wrappers.credit.scorers import PairScorer, check_scorer_spec, make_scorer
 
 __all__ = [
     "SCPO",
@@ -352,8 +352,8 @@ class SCPO(Estimator):
             raise ValueError(f"gamma must lie in [0, 1]; got {gamma}")
         if int(partitions) < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
-        if not isinstance(scorer, (str, PairScorer)):
-            raise TypeError(f"scorer must be a spec string or a PairScorer, got {type(scorer).__name__}")
+        if not isinstance(scorer, PairScorer):
+            check_scorer_spec(scorer)
         self.theta = float(theta)
         self.soft_base = float(soft_base)
         self.alpha = float(alpha)
