@@ -1,0 +1,385 @@
+"""``WebShop-Rubric-v0``: the WebShop text environment with rubric channels (SPEC §2).
+
+Embedded by default: the engine runs in-process on a catalogue shared by every environment
+in the process (the generated catalogue, or upstream's files when given).  The page state
+machine lives in :class:`~agent_envs.webshop.session.ShopSession`; this class turns its
+:class:`~agent_envs.webshop.session.PageSnapshot` s into Gymnasium steps, rewards, rubric
+channels and matching keys, so any backend that produces the same snapshots (a server, a
+browser) produces the same episodes.
+
+Rewards (10-point scale): 10 for a purchase with raw score >= 0.999, 0 otherwise, -0.1 for an
+inadmissible action (``info["valid"] = False``; the page does not change); the raw score is
+``info["score"]``.  Horizon 15 actions (``truncated``).
+
+Example:
+    >>> import gymnasium as gym, agent_envs
+    >>> env = gym.make("WebShop-Rubric-v0", catalogue="generated", num_products=120, tagger="lexicon")
+    >>> obs, info = env.reset(options={"task": 0})
+    >>> obs.startswith("WebShop [SEP] Instruction:")
+    True
+    >>> info["admissible_actions"]
+    ['search[<your query>]']
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from agent_envs.webshop import rubric as rb
+from agent_envs.webshop.catalogue import (
+    Catalogue,
+    CatalogueSpec,
+    default_data_dir,
+    find_real_files,
+    get_catalogue,
+)
+from agent_envs.webshop.goals import SPLITS, Goal
+from agent_envs.webshop.scorer import NounTagger, get_tagger
+from agent_envs.webshop.session import SEARCH_ACTION, ActionOutcome, PageSnapshot, ShopSession
+from rubrics import SignatureTracker, load_template
+
+__all__ = ["WebShopRubricEnv", "Backend", "EmbeddedBackend", "resolve_catalogue_spec",
+           "MAX_OBSERVATION_CHARS", "MAX_ACTION_CHARS"]
+
+logger = logging.getLogger(__name__)
+
+MAX_OBSERVATION_CHARS = 1 << 20
+MAX_ACTION_CHARS = 4096
+
+
+class Backend(Protocol):
+    """What drives the shop for one environment: embedded, HTTP server or browser."""
+
+    def start(self, goal: Goal) -> PageSnapshot:
+        """Begin an episode on ``goal``; return the start page."""
+        ...
+
+    def act(self, action: str) -> tuple[ActionOutcome, PageSnapshot]:
+        """Apply a text action; return its outcome and the resulting page."""
+        ...
+
+    def snapshot(self) -> PageSnapshot:
+        """The current page."""
+        ...
+
+    def close(self) -> None:
+        """Release resources."""
+        ...
+
+
+class EmbeddedBackend:
+    """In-process engine: a :class:`ShopSession` over the shared catalogue."""
+
+    def __init__(self, catalogue: Catalogue, tagger: NounTagger) -> None:
+        self.catalogue = catalogue
+        self.tagger = tagger
+        self.session: ShopSession | None = None
+
+    def start(self, goal: Goal) -> PageSnapshot:
+        """Begin an episode on ``goal``."""
+        self.session = ShopSession(self.catalogue, goal, self.tagger)
+        return self.session.snapshot()
+
+    def act(self, action: str) -> tuple[ActionOutcome, PageSnapshot]:
+        """Apply ``action`` to the session."""
+        assert self.session is not None, "start() first"
+        outcome = self.session.act(action)
+        return outcome, self.session.snapshot()
+
+    def snapshot(self) -> PageSnapshot:
+        """The current page."""
+        assert self.session is not None, "start() first"
+        return self.session.snapshot()
+
+    def close(self) -> None:
+        """Nothing to release."""
+        self.session = None
+
+
+def resolve_catalogue_spec(catalogue: str | os.PathLike[str], num_products: int, seed: int,
+                           price_seed: int, verify: bool, limit: int | None) -> CatalogueSpec:
+    """``"auto"`` -> installed upstream files if present (``$RUBRICGYM_WEBSHOP_DATA`` or
+    ``~/.cache/rubricgym/webshop``), else the generated catalogue; ``"generated"``; or a
+    directory of upstream files."""
+    if not isinstance(catalogue, (str, os.PathLike)):
+        raise TypeError(f"catalogue must be 'auto', 'generated' or a directory, got {catalogue!r}")
+    source = os.fspath(catalogue)
+    if source == "auto":
+        real = find_real_files(default_data_dir())
+        source = str(default_data_dir()) if real is not None else "generated"
+    if source != "generated":
+        source = str(os.path.abspath(os.path.expanduser(source)))
+    return CatalogueSpec(source=source, num_products=int(num_products), seed=int(seed),
+                         price_seed=int(price_seed), verify=bool(verify), limit=limit)
+
+
+class WebShopRubricEnv(gym.Env[str, str]):
+    """WebShop text environment with rubric channels, keys and goal-aware action keys.
+
+    Args:
+        catalogue: ``"auto"`` (installed upstream files win, else generated), ``"generated"``,
+            or a directory with upstream's files (verified by sha256).
+        num_products: Size of the generated catalogue.
+        catalogue_seed: Generator seed.
+        price_seed: Seed of range prices and price ceilings.
+        verify: Verify real files against their published sha256.
+        limit: Use only the first ``limit`` raw products (upstream's ``num_products``).
+        goal_kind: ``"human"`` (upstream's default) or ``"synthetic"``.
+        split: Default split for tasks sampled at reset: ``test``, ``eval``, ``train``, ``all``.
+        observation_mode: ``"text"`` or ``"text_rich"``.
+        max_steps: Horizon (15).
+        invalid_penalty: Penalty for an inadmissible action (-0.1).
+        success_reward: Task reward of a purchase with score >= 0.999 (10).
+        tagger: Noun tagger of r_type: ``"auto"`` (spaCy model if installed, else the lexicon
+            fallback, flagged), ``"spacy"``, ``"spacy:<model>"``, ``"lexicon"``.
+        server_url: Play against a running WebShop server (needs the server module).
+        browser: Drive the server through headless Chromium (needs the browser module).
+        render_mode: ``"ansi"`` or None.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        catalogue: str | os.PathLike[str] = "auto",
+        num_products: int = 1000,
+        catalogue_seed: int = 0,
+        price_seed: int = 0,
+        verify: bool = True,
+        limit: int | None = None,
+        goal_kind: str = "human",
+        split: str = "train",
+        observation_mode: str = "text",
+        max_steps: int = 15,
+        invalid_penalty: float = -0.1,
+        success_reward: float = 10.0,
+        tagger: str = "auto",
+        server_url: str | None = None,
+        browser: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__()
+        if observation_mode not in ("text", "text_rich"):
+            raise ValueError(f"observation_mode must be 'text' or 'text_rich', got {observation_mode!r}")
+        if split not in (*SPLITS, "all"):
+            raise ValueError(f"split must be one of {', '.join((*SPLITS, 'all'))}, got {split!r}")
+        if goal_kind not in ("human", "synthetic"):
+            raise ValueError(f"goal_kind must be 'human' or 'synthetic', got {goal_kind!r}")
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.spec_catalogue = resolve_catalogue_spec(catalogue, num_products, catalogue_seed,
+                                                     price_seed, verify, limit)
+        self.catalogue: Catalogue = get_catalogue(self.spec_catalogue)
+        self.tagger: NounTagger = get_tagger(tagger)
+        self.goal_kind = goal_kind
+        self.split = split
+        self.observation_mode = observation_mode
+        self.max_steps = max_steps
+        self.invalid_penalty = float(invalid_penalty)
+        self.success_reward = float(success_reward)
+        self.render_mode = render_mode
+        self.server_url = server_url
+        self.browser = bool(browser)
+        self.backend: Backend = self._make_backend()
+        charset = self.catalogue.charset()
+        self.observation_space = spaces.Text(max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=charset)
+        self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=1, charset=charset)
+        self._template = load_template("webshop", "webshop")
+        self._tracker = SignatureTracker(self._template)
+        self._goal: Goal | None = None
+        self._goal_tokens: frozenset[str] = frozenset()
+        self._snap: PageSnapshot | None = None
+        self._steps = 0
+        self._status: dict[str, Any] = rb.empty_status()
+        self._terminated = False
+
+    # ------------------------------------------------------------------ public helpers
+    def _make_backend(self) -> Backend:
+        if self.server_url is None and not self.browser:
+            return EmbeddedBackend(self.catalogue, self.tagger)
+        try:
+            from agent_envs.webshop.remote import make_remote_backend  # type: ignore[import-not-found]
+        except ModuleNotFoundError as exc:
+            raise ValueError("server_url=/browser= need agent_envs.webshop.remote, which is not "
+                             f"part of this installation ({exc})") from None
+        return make_remote_backend(env=self, server_url=self.server_url, browser=self.browser)
+
+    @property
+    def goal(self) -> Goal:
+        """The current goal, target asin included (for oracles and tests, not agents)."""
+        if self._goal is None:
+            raise RuntimeError("call reset() first")
+        return self._goal
+
+    @property
+    def session(self) -> ShopSession | None:
+        """The embedded engine's session (None for remote backends)."""
+        return getattr(self.backend, "session", None)
+
+    @property
+    def page(self) -> PageSnapshot:
+        """The current page snapshot."""
+        if self._snap is None:
+            raise RuntimeError("call reset() first")
+        return self._snap
+
+    def goals(self) -> list[Goal]:
+        """All goals of this environment's goal kind, in task-index order."""
+        return self.catalogue.goal_list(self.goal_kind)
+
+    def split_range(self, split: str | None = None) -> range:
+        """Goal indices of ``split`` (default: the environment's split)."""
+        split = split or self.split
+        n = len(self.goals())
+        if split == "all":
+            return range(n)
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {', '.join((*SPLITS, 'all'))}")
+        lo, hi = self.catalogue.splits(self.goal_kind)[split]
+        return range(lo, hi)
+
+    def action_key(self, action: str) -> str:
+        """Goal-aware action key of ``action`` on the current (pre-action) page (SPEC §3.4)."""
+        return rb.action_key(self.page, self._goal_tokens, action)
+
+    def admissible_actions(self) -> list[str]:
+        """Admissible actions on the current page."""
+        snap = self.page
+        if snap.done:
+            return []
+        return ([SEARCH_ACTION] if snap.has_search_bar else []) + [f"click[{c}]" for c in snap.clickables]
+
+    # ------------------------------------------------------------------ gym API
+    def _resolve_task(self, task: Any, split: str) -> int:
+        n = len(self.goals())
+        if isinstance(task, str):
+            tail = task.rsplit("/", 1)[-1]
+            if not tail.lstrip("-").isdigit():
+                raise ValueError(f"task must be a goal index or an id like 'webshop/human/12', got {task!r}")
+            task = int(tail)
+        if isinstance(task, bool) or not isinstance(task, int):
+            raise TypeError(f"task must be an int goal index, got {type(task).__name__}")
+        if not 0 <= task < n:
+            raise ValueError(f"task {task} out of range: this catalogue has {n} {self.goal_kind} goals")
+        if split != "all":
+            rng = self.split_range(split)
+            if task not in rng:
+                raise ValueError(f"task {task} is not in split {split!r} (goals {rng.start}..{rng.stop - 1})")
+        return task
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode: ``options={"task": goal index, "split": ...}``; without a task a
+        goal of the split is drawn with the seeded generator."""
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"task", "split"}
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; expected 'task', 'split'")
+        split = options.get("split", self.split if "task" not in options else "all")
+        if split not in (*SPLITS, "all"):
+            raise ValueError(f"unknown split {split!r}; expected one of {', '.join((*SPLITS, 'all'))}")
+        if options.get("task") is not None:
+            index = self._resolve_task(options["task"], split)
+        else:
+            rng = self.split_range(split)
+            if len(rng) == 0:
+                raise ValueError(f"split {split!r} has no goals in this catalogue")
+            index = int(rng[int(self.np_random.integers(len(rng)))])
+        self._goal = self.goals()[index]
+        self._goal_tokens = rb.goal_tokens(self._goal.instruction)
+        self._snap = self.backend.start(self._goal)
+        self._steps = 0
+        self._terminated = False
+        self._tracker.reset()
+        self._status = rb.empty_status()
+        info = self._info(valid=True, task_reward=0.0, penalty=0.0, feedback="", last_key=None)
+        return self._obs(), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply a text action (any string; inadmissible ones are penalised, never fatal)."""
+        if not isinstance(action, str):
+            raise TypeError(f"WebShop actions are strings like 'search[red shoes]' or 'click[buy now]', "
+                            f"got {type(action).__name__}")
+        if self._snap is None:
+            raise RuntimeError("call reset() before step()")
+        key = self.action_key(action) if len(action) <= MAX_ACTION_CHARS else "invalid"
+        if self._terminated:
+            outcome, snap = ActionOutcome(False, True, None, "the episode is over; call reset()"), self._snap
+        elif len(action) > MAX_ACTION_CHARS:
+            outcome, snap = ActionOutcome(False, feedback=f"action longer than {MAX_ACTION_CHARS} characters"), self._snap
+        else:
+            outcome, snap = self.backend.act(action)
+            self._steps += 1
+        self._snap = snap
+        penalty = 0.0 if outcome.valid else self.invalid_penalty
+        task_reward = 0.0
+        if outcome.valid and outcome.done:
+            self._terminated = True
+            if (outcome.score or 0.0) >= rb.SOLVED_THRESHOLD:
+                task_reward = self.success_reward
+        self._status = rb.channels(snap)
+        self._tracker.update(self._status)
+        terminated = self._terminated
+        truncated = (not terminated) and self._steps >= self.max_steps
+        info = self._info(valid=outcome.valid, task_reward=task_reward, penalty=penalty,
+                          feedback=outcome.feedback, last_key=key)
+        info["truncated"] = truncated
+        return self._obs(), task_reward + penalty, terminated, truncated, info
+
+    def render(self) -> str | None:
+        """The current observation (``ansi``)."""
+        if self.render_mode == "ansi" and self._snap is not None:
+            return self._obs()
+        return None
+
+    def close(self) -> None:
+        """Release the backend."""
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+        super().close()
+
+    # ------------------------------------------------------------------ internals
+    def _obs(self) -> str:
+        snap = self.page
+        return snap.text if self.observation_mode == "text" else snap.text_rich
+
+    def _info(self, valid: bool, task_reward: float, penalty: float, feedback: str,
+              last_key: str | None) -> dict[str, Any]:
+        snap = self.page
+        goal = self.goal
+        sig = self._tracker.signature()
+        admissible = self.admissible_actions()
+        score = float(snap.score) if snap.score is not None else 0.0
+        info: dict[str, Any] = {
+            "admissible_actions": admissible,
+            "task": {"id": f"webshop/{goal.kind}/{goal.index}", "goal": goal.instruction, "type": "webshop"},
+            "rubric": dict(self._status),
+            "keys": {"exact": rb.exact_key(snap, sig), "coarse": rb.coarse_key(snap, self._status, sig)},
+            "signature": sig.symbols,
+            "state_key": snap.text,
+            "won": bool(snap.done and score >= rb.SOLVED_THRESHOLD),
+            "score": score,
+            "valid": bool(valid),
+            "task_reward": float(task_reward),
+            "penalty": float(penalty),
+            "feedback": feedback,
+            "action_key": last_key,
+            "action_keys": {a: rb.action_key(snap, self._goal_tokens, a) for a in admissible
+                            if a != SEARCH_ACTION},
+            "page": snap.page,
+            "steps": self._steps,
+            "tagger": self.tagger.name,
+            "catalogue": self.catalogue.description,
+        }
+        if snap.done:
+            info["reward_info"] = dict(snap.purchase) if snap.purchase is not None else None
+        return info

@@ -1,0 +1,514 @@
+"""The per-session page state machine of the shop.
+
+A :class:`ShopSession` holds one shopper's state (page type, query, results page, selected
+product, selected options, done/score) and can be driven two ways with identical results:
+
+* by text actions (:meth:`ShopSession.act`): ``search[keywords]`` on a page with a search
+  bar and ``click[x]`` with ``x`` one of the page's lower-case clickables, as upstream's text
+  environment accepts them;
+* by upstream's server routes (:meth:`goto_start`, :meth:`goto_results`, :meth:`goto_item`,
+  :meth:`goto_sub`, :meth:`buy`), which set the state from URL parameters
+  (``/<session>``, ``/search_results/<s>/<kw>/<page>``,
+  ``/item_page/<s>/<asin>/<kw>/<page>/<options>``, ``/item_sub_page/<s>/<asin>/<kw>/<page>/<sub>/<options>``,
+  ``/done/<s>/<asin>/<options>``); bad parameters raise :class:`RouteError`.
+
+Pages: start (search bar), results (10 per page from the top 50 BM25 hits), item (options,
+description/features/reviews, buy now), item sub-page, done.  Everything visible is the node
+list of :meth:`ShopSession.nodes`; ``text``/``text_rich`` come from it (:mod:`render`).
+
+Example:
+    >>> from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
+    >>> from agent_envs.webshop.scorer import get_tagger
+    >>> cat = get_catalogue(CatalogueSpec(num_products=120))
+    >>> s = ShopSession(cat, cat.goals[0], get_tagger("lexicon"))
+    >>> s.admissible_actions()
+    ['search[<your query>]']
+    >>> s.act("search[" + cat.by_asin[cat.goals[0].asin].name + "]").valid
+    True
+    >>> s.state.page
+    'results'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agent_envs.webshop.catalogue import Catalogue, Product
+from agent_envs.webshop.goals import Goal
+from agent_envs.webshop.render import Node, to_text, to_text_rich
+from agent_envs.webshop.scorer import NounTagger, ScoreBreakdown, score_purchase
+
+__all__ = [
+    "ShopSession",
+    "ShopState",
+    "ActionOutcome",
+    "PageSnapshot",
+    "RouteError",
+    "parse_action",
+    "PAGE_TYPES",
+    "SUB_PAGES",
+    "RESULTS_PER_PAGE",
+    "TOP_K",
+    "SEARCH_ACTION",
+    "NAV_BUTTONS",
+]
+
+PAGE_TYPES = ("start", "results", "item", "item_sub", "done")
+SUB_PAGES = ("description", "features", "reviews")
+RESULTS_PER_PAGE = 10
+TOP_K = 50
+#: The admissible-action entry a search bar contributes.
+SEARCH_ACTION = "search[<your query>]"
+#: Display text of the navigation / purchase buttons (clickables are the lower-cased text).
+NAV_BUTTONS = {"back": "Back to Search", "next": "Next >", "prev": "< Prev", "buy": "Buy Now"}
+MAX_KEYWORDS_CHARS = 500
+
+_ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+
+
+class RouteError(ValueError):
+    """A route parameter is invalid (unknown asin, page out of range, bad option...)."""
+
+
+def parse_action(action: str) -> tuple[str, str] | None:
+    """``("search"|"click", argument)`` of a text action, or None when it is not one.
+
+    The name is case-insensitive; the argument is stripped and lower-cased (upstream
+    lower-cases it).
+
+    >>> parse_action("Click[Buy Now]")
+    ('click', 'buy now')
+    >>> parse_action("buy it") is None
+    True
+    """
+    if not isinstance(action, str):
+        raise TypeError(f"an action must be a str, got {type(action).__name__}")
+    m = _ACTION_RE.match(action)
+    if m is None:
+        return None
+    return m.group(1).lower(), m.group(2).strip().lower()
+
+
+@dataclass
+class ShopState:
+    """Mutable state of one session (see the module docstring)."""
+
+    page: str = "start"
+    keywords: str | None = None
+    results_page: int = 1
+    asin: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    sub_page: str | None = None
+    searched: bool = False
+    product_opened: bool = False
+    visited: list[str] = field(default_factory=list)
+    done: bool = False
+    purchase: ScoreBreakdown | None = None
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """Result of one text action.
+
+    Attributes:
+        valid: The action was admissible and applied.
+        done: The episode ended (a purchase).
+        score: Raw score of the purchase (None unless ``done``).
+        feedback: Short text explaining an invalid action (empty when valid).
+        kind: ``search``, ``nav``, ``product``, ``option``, ``sub``, ``buy`` or ``invalid``.
+    """
+
+    valid: bool
+    done: bool = False
+    score: float | None = None
+    feedback: str = ""
+    kind: str = "invalid"
+
+
+@dataclass(frozen=True)
+class PageSnapshot:
+    """Everything an environment front-end needs about the current page, JSON-friendly.
+
+    The text env computes rubric channels and keys from a snapshot only, so a snapshot
+    served over HTTP gives the same channels as the embedded engine.
+    """
+
+    page: str
+    keywords: str | None
+    results_page: int
+    asin: str | None
+    options: dict[str, str]
+    sub_page: str | None
+    searched: bool
+    product_opened: bool
+    done: bool
+    score: float | None
+    has_search_bar: bool
+    clickables: list[str]
+    clickable_kinds: dict[str, str]
+    link_titles: dict[str, str]
+    text: str
+    text_rich: str
+    instruction: str
+    preview: dict[str, Any] | None
+    scorer_error: str | None
+    purchase: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PageSnapshot:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+class ShopSession:
+    """One shopper's session over a shared :class:`Catalogue`.
+
+    Args:
+        catalogue: The shared catalogue.
+        goal: The goal of this episode.
+        tagger: Noun tagger used by the scorer.
+        session_id: Identifier (used by server routes).
+    """
+
+    def __init__(self, catalogue: Catalogue, goal: Goal, tagger: NounTagger, session_id: str = "0") -> None:
+        self.catalogue = catalogue
+        self.goal = goal
+        self.tagger = tagger
+        self.session_id = session_id
+        self.state = ShopState()
+        self._preview_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ScoreBreakdown] = {}
+        self._last_scorer_error: str | None = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def product(self) -> Product | None:
+        """The selected product (None before one is opened)."""
+        return self.catalogue.by_asin.get(self.state.asin) if self.state.asin else None
+
+    def results(self) -> tuple[str, ...]:
+        """Asins of the top-50 hits for the current keywords (empty without a query)."""
+        if not self.state.keywords:
+            return ()
+        return self.catalogue.search(self.state.keywords, TOP_K)
+
+    def num_result_pages(self) -> int:
+        """Number of result pages (at least 1)."""
+        return max(1, math.ceil(len(self.results()) / RESULTS_PER_PAGE))
+
+    def page_asins(self) -> tuple[str, ...]:
+        """Asins shown on the current results page."""
+        start = (self.state.results_page - 1) * RESULTS_PER_PAGE
+        return self.results()[start:start + RESULTS_PER_PAGE]
+
+    @property
+    def has_search_bar(self) -> bool:
+        """Only the start page has a search bar."""
+        return self.state.page == "start"
+
+    def nodes(self) -> list[Node]:
+        """The visible nodes of the current page, in order."""
+        st = self.state
+        instr = [Node("Instruction:"), Node(self.goal.instruction)]
+        back, prev = Node(NAV_BUTTONS["back"], "button"), Node(NAV_BUTTONS["prev"], "button")
+        if st.page == "start":
+            return [Node("WebShop"), *instr, Node("Search", "button")]
+        if st.page == "results":
+            out = [*instr, back, Node(f"Page {st.results_page} (Total results: {len(self.results())})")]
+            if st.results_page > 1:
+                out.append(prev)
+            if st.results_page < self.num_result_pages():
+                out.append(Node(NAV_BUTTONS["next"], "button"))
+            for asin in self.page_asins():
+                p = self.catalogue.by_asin[asin]
+                out += [Node(asin, "link", clicked=asin in st.visited, group=p.name),
+                        Node(p.name), Node(p.price_tag)]
+            return out
+        p = self.product
+        assert p is not None
+        if st.page == "item":
+            out = [*instr, back, prev]
+            for name, values in p.options.items():
+                out.append(Node(name))
+                out += [Node(v, "option", clicked=st.options.get(name) == v, group=name) for v in values]
+            out += [Node(p.name), Node(f"Price: {p.price_tag}"), Node(f"Rating: {p.rating}")]
+            out += [Node(s.capitalize(), "button") for s in SUB_PAGES]
+            out.append(Node(NAV_BUTTONS["buy"], "button"))
+            return out
+        if st.page == "item_sub":
+            out = [*instr, back, prev]
+            if st.sub_page == "description":
+                out.append(Node(p.description))
+            elif st.sub_page == "features":
+                out += [Node(b) for b in p.bullet_points]
+            else:
+                for r in p.reviews:
+                    out += [Node(str(r.get("title", ""))), Node(f"{r.get('score', '')}"),
+                            Node(str(r.get("body", "")))]
+            return out
+        # done
+        b = st.purchase
+        score = b.total if b is not None else 0.0
+        opts = ", ".join(f"{k}: {v}" for k, v in st.options.items()) or "none"
+        return [Node("Thank you for shopping with us!"), *instr, Node("Purchased"), Node(p.asin),
+                Node(p.name), Node(f"Options: {opts}"), Node("Your score (min 0.0, max 1.0)"),
+                Node(f"{score:.4f}")]
+
+    def observation(self, mode: str = "text") -> str:
+        """The page as ``text`` or ``text_rich``."""
+        if mode == "text":
+            return to_text(self.nodes())
+        if mode == "text_rich":
+            return to_text_rich(self.nodes())
+        raise ValueError(f"unknown observation mode {mode!r}; expected 'text' or 'text_rich'")
+
+    def clickables(self) -> dict[str, tuple[str, str]]:
+        """Lower-case clickable -> (kind, target) for the current page, in page order.
+
+        Kinds: ``search`` (the search button, never clickable as an action), ``nav``,
+        ``product`` (target asin), ``option`` (target option name), ``sub``, ``buy``.
+        Option values override buttons of the same text (as upstream's radio inputs do).
+        """
+        out: dict[str, tuple[str, str]] = {}
+        options: dict[str, tuple[str, str]] = {}
+        for n in self.nodes():
+            key = n.text.strip().lower()
+            if n.role == "button":
+                if key == "search":
+                    out[key] = ("search", "")
+                elif key in SUB_PAGES:
+                    out[key] = ("sub", key)
+                elif key == "buy now":
+                    out[key] = ("buy", "")
+                else:
+                    out[key] = ("nav", key)
+            elif n.role == "link":
+                out[key] = ("product", n.text)
+            elif n.role == "option":
+                options[key] = ("option", n.group or "")
+        out.update(options)
+        return out
+
+    def admissible_actions(self) -> list[str]:
+        """Actions valid now: ``search[<your query>]`` on a page with a search bar, and
+        ``click[x]`` for every clickable except the search button."""
+        if self.state.done:
+            return []
+        acts = [SEARCH_ACTION] if self.has_search_bar else []
+        acts += [f"click[{c}]" for c, (kind, _t) in self.clickables().items() if kind != "search"]
+        return acts
+
+    def preview(self) -> ScoreBreakdown | None:
+        """Scorer breakdown for buying the selected product with the selected options now
+        (None before a product is opened; MCGPO Eq. 19 is its ``total``).  A scorer
+        exception is caught, logged in :attr:`scorer_error` and gives None."""
+        p = self.product
+        if p is None:
+            return None
+        key = (p.asin, tuple(sorted(self.state.options.items())))
+        hit = self._preview_cache.get(key)
+        if hit is None:
+            try:
+                hit = score_purchase(p.scorer_view(), self.goal.scorer_view(), p.price,
+                                     dict(self.state.options), self.tagger)
+            except Exception as exc:  # noqa: BLE001 - reported as the scorer_error channel
+                self._last_scorer_error = f"{type(exc).__name__}: {exc}"
+                return None
+            self._last_scorer_error = None
+            self._preview_cache[key] = hit
+        return hit
+
+    @property
+    def scorer_error(self) -> str | None:
+        """The message of the last caught scorer exception (None when the last call worked)."""
+        return self._last_scorer_error
+
+    def snapshot(self) -> PageSnapshot:
+        """A :class:`PageSnapshot` of the current page and state."""
+        st = self.state
+        nodes = self.nodes()
+        clicks = self.clickables()
+        preview = self.preview()
+        return PageSnapshot(
+            page=st.page, keywords=st.keywords, results_page=st.results_page, asin=st.asin,
+            options=dict(st.options), sub_page=st.sub_page, searched=st.searched,
+            product_opened=st.product_opened, done=st.done,
+            score=st.purchase.total if st.purchase is not None else None,
+            has_search_bar=self.has_search_bar,
+            clickables=[c for c, (k, _t) in clicks.items() if k != "search"],
+            clickable_kinds={c: k for c, (k, _t) in clicks.items()},
+            link_titles={n.text.lower(): n.group or "" for n in nodes if n.role == "link"},
+            text=to_text(nodes), text_rich=to_text_rich(nodes), instruction=self.goal.instruction,
+            preview=preview.to_dict() if preview is not None else None,
+            scorer_error=self._last_scorer_error,
+            purchase=st.purchase.to_dict() if st.purchase is not None else None,
+        )
+
+    # ------------------------------------------------------------------ text actions
+    def act(self, action: str) -> ActionOutcome:
+        """Apply a text action; an inadmissible one changes nothing (``valid=False``)."""
+        if not isinstance(action, str):
+            raise TypeError(f"an action must be a str, got {type(action).__name__}")
+        if self.state.done:
+            return ActionOutcome(False, True, None, "the episode is over (already purchased)")
+        parsed = parse_action(action)
+        if parsed is None:
+            return ActionOutcome(False, feedback="not an action: use search[keywords] or click[element]")
+        name, arg = parsed
+        if name == "search":
+            return self.search(arg)
+        return self.click(arg)
+
+    def search(self, keywords: str) -> ActionOutcome:
+        """Search from a page with a search bar (keywords are lower-cased)."""
+        if not self.has_search_bar:
+            return ActionOutcome(False, feedback="there is no search bar on this page; click[back to search] first")
+        kw = " ".join(keywords.lower().split())
+        if not kw:
+            return ActionOutcome(False, feedback="search[...] needs keywords")
+        if len(kw) > MAX_KEYWORDS_CHARS:
+            return ActionOutcome(False, feedback=f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
+        self._set_results(kw, 1)
+        return ActionOutcome(True, kind="search")
+
+    def click(self, name: str) -> ActionOutcome:
+        """Click a lower-case clickable of the current page."""
+        name = name.strip().lower()
+        target = self.clickables().get(name)
+        if target is None or target[0] == "search":
+            return ActionOutcome(False, feedback=f"{name[:80]!r} is not a clickable element of this page")
+        kind, arg = target
+        st = self.state
+        if kind == "nav":
+            if name == "back to search":
+                st.page, st.sub_page = "start", None
+            elif name == "next >":
+                st.results_page += 1
+            elif st.page == "results":  # < prev
+                st.results_page -= 1
+            elif st.page == "item":
+                st.page = "results" if st.keywords else "start"
+            else:  # sub-page -> item page
+                st.page, st.sub_page = "item", None
+        elif kind == "product":
+            self._open_item(arg, {})
+        elif kind == "option":
+            st.options[arg] = name
+        elif kind == "sub":
+            st.page, st.sub_page = "item_sub", arg
+        elif kind == "buy":
+            return self._buy()
+        return ActionOutcome(True, kind=kind)
+
+    # ------------------------------------------------------------------ transitions
+    def _set_results(self, keywords: str, page: int) -> None:
+        st = self.state
+        st.page, st.keywords, st.results_page, st.sub_page = "results", keywords, page, None
+        st.searched = True
+
+    def _open_item(self, asin: str, options: Mapping[str, str]) -> None:
+        st = self.state
+        st.page, st.asin, st.sub_page = "item", asin, None
+        st.options = dict(options)
+        st.product_opened = True
+        if asin not in st.visited:
+            st.visited.append(asin)
+
+    def _buy(self) -> ActionOutcome:
+        p = self.product
+        assert p is not None
+        breakdown = self.preview()
+        if breakdown is None:  # scorer failed: a purchase still ends the episode, score 0
+            breakdown = None
+        st = self.state
+        st.page, st.done, st.purchase, st.sub_page = "done", True, breakdown, None
+        score = breakdown.total if breakdown is not None else 0.0
+        return ActionOutcome(True, True, score, kind="buy")
+
+    # ------------------------------------------------------------------ server routes
+    def _check_asin(self, asin: str) -> str:
+        asin = str(asin).upper()
+        if asin not in self.catalogue.by_asin:
+            raise RouteError(f"unknown product {asin[:20]!r}")
+        return asin
+
+    def _check_options(self, asin: str, options: Mapping[str, str] | None) -> dict[str, str]:
+        if options is None:
+            return {}
+        if not isinstance(options, Mapping):
+            raise RouteError("options must be a mapping of option name -> value")
+        p = self.catalogue.by_asin[asin]
+        out = {}
+        for k, v in options.items():
+            k, v = str(k).lower(), str(v).lower()
+            if k not in p.options or v not in p.options[k]:
+                raise RouteError(f"product {asin} has no option {k[:40]!r} = {v[:40]!r}")
+            out[k] = v
+        return out
+
+    def _check_keywords_page(self, keywords: str | None, page: int) -> tuple[str | None, int]:
+        if keywords is not None:
+            keywords = " ".join(str(keywords).lower().split())
+            if len(keywords) > MAX_KEYWORDS_CHARS:
+                raise RouteError(f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
+            keywords = keywords or None
+        if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+            raise RouteError(f"page must be a positive integer, got {page!r}")
+        return keywords, page
+
+    def goto_start(self) -> None:
+        """Route ``/<session>``: the start page (search bar)."""
+        if self.state.done:
+            raise RouteError("the episode is over (already purchased)")
+        self.state.page, self.state.sub_page = "start", None
+
+    def goto_results(self, keywords: str, page: int = 1) -> None:
+        """Route ``/search_results/<s>/<kw>/<page>``."""
+        if self.state.done:
+            raise RouteError("the episode is over (already purchased)")
+        kw, page = self._check_keywords_page(keywords, page)
+        if not kw:
+            raise RouteError("search keywords are empty")
+        n_pages = max(1, math.ceil(len(self.catalogue.search(kw, TOP_K)) / RESULTS_PER_PAGE))
+        if page > n_pages:
+            raise RouteError(f"page {page} out of range 1..{n_pages}")
+        self._set_results(kw, page)
+
+    def goto_item(self, asin: str, keywords: str | None = None, page: int = 1,
+                  options: Mapping[str, str] | None = None) -> None:
+        """Route ``/item_page/<s>/<asin>/<kw>/<page>/<options>``."""
+        if self.state.done:
+            raise RouteError("the episode is over (already purchased)")
+        asin = self._check_asin(asin)
+        kw, page = self._check_keywords_page(keywords, page)
+        opts = self._check_options(asin, options)
+        if kw is not None:
+            self.state.keywords, self.state.results_page = kw, page
+        self._open_item(asin, opts)
+
+    def goto_sub(self, asin: str, keywords: str | None, page: int, sub_page: str,
+                 options: Mapping[str, str] | None = None) -> None:
+        """Route ``/item_sub_page/<s>/<asin>/<kw>/<page>/<sub_page>/<options>``."""
+        sub = str(sub_page).lower()
+        if sub not in SUB_PAGES:
+            raise RouteError(f"unknown sub-page {sub[:40]!r}; expected one of {', '.join(SUB_PAGES)}")
+        self.goto_item(asin, keywords, page, options)
+        self.state.page, self.state.sub_page = "item_sub", sub
+
+    def buy(self, asin: str, options: Mapping[str, str] | None = None) -> ActionOutcome:
+        """Route ``/done/<s>/<asin>/<options>``: purchase and end the episode."""
+        if self.state.done:
+            raise RouteError("the episode is over (already purchased)")
+        asin = self._check_asin(asin)
+        opts = self._check_options(asin, options)
+        if self.state.asin != asin:
+            self._open_item(asin, opts)
+        self.state.options = opts
+        return self._buy()
