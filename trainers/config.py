@@ -225,6 +225,11 @@ def _coerce(name: str, raw: Any) -> Any:
     origin = typing.get_origin(tp) or tp
     if origin is float and isinstance(raw, int) and not isinstance(raw, bool):
         return float(raw)
+    if origin in (float, int) and isinstance(raw, str):  # YAML 1.1 reads "1e-5" as a string
+        try:
+            return origin(raw)
+        except ValueError:
+            return raw
     if origin is str and not isinstance(raw, str) and raw is not None:
         return str(raw)
     return raw

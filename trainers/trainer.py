@@ -128,6 +128,8 @@ class Trainer:
             if self.world > 1:  # every process must agree on the folder
                 run_dir = Path(_broadcast(acc, str(run_dir)))
         self.run_dir = Path(run_dir)
+        if not resume and latest_checkpoint(self.run_dir / "checkpoints") is not None:
+            raise FileExistsError(f"{self.run_dir} already holds checkpoints; continue it with --resume or choose another run_name")
         if acc.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
@@ -293,10 +295,10 @@ class Trainer:
                             deltas = response_deltas(logp, old_lp, batch.response_mask)
                             lp = pair_loss(deltas, local_pairs, len(idx))
                             loss = loss + cfg.pair_coef * lp
-                            stats.setdefault("pair_loss", []).append(float(lp))
+                            stats.setdefault("pair_loss", []).append(float(lp.detach()))
                         acc.backward(loss * weight)
                         if weight > 0:
-                            stats.setdefault("loss", []).append(float(loss))
+                            stats.setdefault("loss", []).append(float(loss.detach()))
                             for key, v in st.items():
                                 stats.setdefault(key, []).append(float(v))
                 if cfg.max_grad_norm > 0:
