@@ -434,3 +434,27 @@ def test_property_invariants(group) -> None:
         assert p.contrast >= 0.1 and p.support >= 1
         assert p.weight == pytest.approx(p.contrast * p.support / (p.support + 2) * q)
     assert stats["pairs"] == len(pairs) and stats["wins"] + stats["ties"] + stats["losses"] == len(pairs)
+
+
+def test_preference_stats_plot(tmp_path) -> None:
+    from wrappers.credit.plots import plot_preference_stats
+
+    res = get_estimator("mcgpo")([base_group()])
+    empty = {"pairs": 0, "pairs_exact": 0, "wins": 0, "ties": 0, "losses": 0}
+    a, b, c, d = plot_preference_stats([res, empty])
+    # (a) update 1: 3 exact + 0 coarse pairs; update 2: none
+    assert [r.get_height() for r in a.containers[0]] == [3.0, 0.0]
+    assert [r.get_height() for r in a.containers[1]] == [0.0, 0.0]
+    # (b) agreement (2 + 1/2)/3, tie share 1/3; undefined without pairs
+    y = b.lines[0].get_ydata()
+    assert y[0] == pytest.approx(2.5 / 3) and np.isnan(y[1])
+    assert b.lines[1].get_ydata()[0] == pytest.approx(1 / 3)
+    # (c) mean |û| = 2.5/3, mean c = (0.25 + 2/3)/3;  (d) n* shares 2/3 (n*=1), 1/3 (n*=2)
+    assert c.lines[0].get_ydata()[0] == pytest.approx(2.5 / 3)
+    assert c.lines[1].get_ydata()[0] == pytest.approx((0.25 + 2 / 3) / 3)
+    assert [round(r.get_height(), 6) for r in d.containers[0]] == [round(2 / 3, 6), 0.0]
+    # a window of 2 pools both updates into one point: 1.5 exact pairs per update
+    a2 = plot_preference_stats([res, empty], window=2)[0]
+    assert [r.get_height() for r in a2.containers[0]] == [1.5]
+    a.figure.savefig(tmp_path / "prefs.png")
+    assert (tmp_path / "prefs.png").stat().st_size > 1000

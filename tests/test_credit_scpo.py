@@ -334,3 +334,20 @@ def test_parameter_errors_name_the_parameter() -> None:
             get_estimator("scpo", **bad)
     with pytest.raises(ValueError, match="unknown scorer spec"):
         SCPO(scorer="magic")
+
+
+def test_credit_spectrum_plot(tmp_path) -> None:
+    from matplotlib.patches import Rectangle
+
+    from wrappers.credit.plots import plot_credit_spectrum
+
+    (tr,) = SCPO(scorer=ExactScorer(), order="length", partitions=2).traces([order_group()])[0]
+    ax = plot_credit_spectrum(tr, theta=0.6, show_order=True)
+    np.testing.assert_array_equal(ax.images[0].get_array(), tr.M)
+    # one credited cell: failed kept step 2 at reference position 0 (processed second, π = [1, 2, 0])
+    boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
+    assert [(b.get_x(), b.get_y()) for b in boxes] == [(1.5, -0.5)]
+    assert [t.get_text() for t in ax.texts] == ["2"]
+    assert "1/2 reference positions credited, Σ r = 1.00" in ax.get_title()
+    ax.figure.savefig(tmp_path / "spectrum.png")
+    assert (tmp_path / "spectrum.png").stat().st_size > 1000

@@ -161,8 +161,187 @@ def plot_graph(
 
 
 # ==== 2. SCPO ================================================================================
-# (credit-spectrum plots go here)
+# Credit spectrum [SCPO App. C.1, Fig. 4].  (Sections 2 and 3 are maintained with
+# wrappers/credit/scpo.py and wrappers/credit/mcgpo.py.)
+
+from collections.abc import Mapping  # noqa: E402
+
+if TYPE_CHECKING:  # pragma: no cover
+    from wrappers.credit.base import CreditResult
+    from wrappers.credit.scpo import MatchTrace
+
+__all__ += ["plot_credit_spectrum"]
+
+
+def plot_credit_spectrum(
+    trace: MatchTrace,
+    *,
+    theta: float | None = None,
+    ax: Axes | None = None,
+    show_order: bool = False,
+    colorbar: bool = True,
+) -> Axes:
+    """Draw SCPO's credit spectrum of one failed sibling against its success reference.
+
+    The heatmap is the similarity M (reference steps down, failed steps across, both in
+    trajectory order and labelled with their step indices); credited cells
+    (``trace.position``) are boxed in red and joined by a red line in failed-step order;
+    with ``theta`` the cells at or above the threshold are dotted.  With ``show_order``
+    every credited cell is labelled with the rank at which the matcher processed it (the
+    default, reordered matcher may credit a later step first).
+
+    Args:
+        trace: A :class:`~wrappers.credit.scpo.MatchTrace` from
+            :meth:`~wrappers.credit.scpo.SCPO.traces`.
+        theta: Match threshold to mark (optional).
+        ax: Axes to draw on (a new Figure's Axes when None).
+        show_order: Label credited cells with their processing rank.
+        colorbar: Add a colour bar.
+
+    Returns:
+        The Axes.
+
+    Example:
+        >>> from wrappers.credit.scpo import SCPO
+        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> win = Trajectory("t", 0, [Step("s0", "go to desk 1", feedback="ok"),
+        ...                           Step("s1", "take key 1", reward=10.0, feedback="ok")])
+        >>> loss = Trajectory("t", 1, [Step("s0", "go to desk 1", feedback="ok"), Step("s2", "look", feedback="ok")])
+        >>> (trace,) = SCPO(scorer="lexical").traces([[win, loss]])[0]
+        >>> plot_credit_spectrum(trace, theta=0.6).get_title().splitlines()[0]
+        'SCPO credit spectrum: failed τ1 vs reference τ0'
+    """
+    M = np.asarray(trace.M, dtype=np.float64)
+    m, ell = M.shape
+    ax = _new_axes(ax, (max(4.0, 0.35 * ell + 2.5), max(3.0, 0.35 * m + 1.5)))
+    im = ax.imshow(M if M.size else np.zeros((max(m, 1), max(ell, 1))), cmap="viridis", vmin=0.0, vmax=1.0,
+                   aspect="auto", interpolation="nearest", origin="upper")
+    if theta is not None and M.size:
+        uu, vv = np.nonzero(M >= theta)
+        ax.scatter(vv, uu, s=6, c="white", marker=".", zorder=2, label=f"M ≥ θ = {theta:g}")
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
+    cols = np.flatnonzero(trace.position >= 0)
+    rank = np.empty(ell, dtype=np.intp)
+    rank[np.asarray(trace.order, dtype=np.intp)] = np.arange(ell)
+    for v in cols:
+        u = int(trace.position[v])
+        ax.add_patch(Rectangle((v - 0.5, u - 0.5), 1.0, 1.0, fill=False, edgecolor="red", linewidth=2.0,
+                               zorder=3))
+        if show_order:
+            ax.annotate(str(int(rank[v]) + 1), (v, u), ha="center", va="center", color="white",
+                        fontsize=7, zorder=4)
+    if cols.size:
+        ax.plot(cols, trace.position[cols], color="red", linewidth=1.2, zorder=3)
+    ax.set_xticks(range(ell), [str(t) for t in trace.failed_steps], fontsize=7)
+    ax.set_yticks(range(m), [str(t) for t in trace.ref_steps], fontsize=7)
+    ax.set_xlabel(f"failed τ{trace.failed}: kept step")
+    ax.set_ylabel(f"reference τ{trace.reference}: kept step")
+    if colorbar:
+        ax.figure.colorbar(im, ax=ax, label="similarity M")
+    ax.set_title(
+        f"SCPO credit spectrum: failed τ{trace.failed} vs reference τ{trace.reference}\n"
+        f"{cols.size}/{m} reference positions credited, Σ r = {float(trace.credit.sum()):.2f}",
+        fontsize=9,
+    )
+    return ax
 
 
 # ==== 3. MCGPO ===============================================================================
-# (preference-statistics plots go here)
+# Preference statistics [MCGPO §4.4, Fig. 4; App. C.5, D.3].
+
+__all__ += ["plot_preference_stats"]
+
+
+def plot_preference_stats(
+    updates: Sequence[Mapping[str, float] | Sequence[CreditResult]],
+    *,
+    axes: Sequence[Axes] | None = None,
+    window: int = 1,
+) -> list[Axes]:
+    """Draw MCGPO's preference-construction diagnostics over training updates.
+
+    Four panels, one point per window of ``window`` updates (counts summed, ratios pooled
+    over the window's pairs as in the paper): (a) accepted pairs per update split into
+    exact and coarse matches; (b) agreement (W + T/2)/(W + T + L) of the preference
+    directions with the candidates' own outcomes, and the tie share; (c) mean |û| and mean
+    evidence weight c over accepted pairs; (d) the share of pairs with each balanced support
+    n*.
+
+    Args:
+        updates: Per update either a :func:`~wrappers.credit.mcgpo.summarize_pairs` dict or
+            the list of MCGPO :class:`~wrappers.credit.base.CreditResult` of that update.
+        axes: Four Axes to draw on (a new 2 × 2 Figure when None).
+        window: Updates per plotted point.
+
+    Returns:
+        The four Axes.
+
+    Example:
+        >>> axes = plot_preference_stats([{"pairs": 3, "pairs_exact": 1, "wins": 2, "ties": 1, "losses": 0,
+        ...     "mean_contrast": 0.8, "mean_weight": 0.3, "n_star_1": 2, "n_star_2": 1}])
+        >>> axes[0].get_title()
+        '(a) accepted pairs per update'
+    """
+    from wrappers.credit.mcgpo import summarize_pairs  # noqa: PLC0415
+
+    if int(window) < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    summ = [u if isinstance(u, Mapping) else summarize_pairs(u) for u in updates]
+    if axes is None:
+        from matplotlib.figure import Figure  # noqa: PLC0415
+
+        fig = Figure(figsize=(10.0, 7.0), layout="constrained")
+        axes = list(fig.subplots(2, 2).ravel())
+    elif len(axes) != 4:
+        raise ValueError(f"plot_preference_stats needs 4 axes, got {len(axes)}")
+    supports = sorted({int(k[len("n_star_"):]) for s in summ for k in s if k.startswith("n_star_")})
+    xs, exact, coarse, agree, tie, contrast, weight = [], [], [], [], [], [], []
+    star = {n: [] for n in supports}
+    for w0 in range(0, len(summ), int(window)):
+        chunk = summ[w0:w0 + int(window)]
+        n_up = len(chunk)
+        pairs = sum(float(s.get("pairs", 0)) for s in chunk)
+        ex = sum(float(s.get("pairs_exact", 0)) for s in chunk)
+        w, t, lo = (sum(float(s.get(k, 0)) for s in chunk) for k in ("wins", "ties", "losses"))
+        xs.append(w0 + n_up / 2 + 0.5)
+        exact.append(ex / n_up)
+        coarse.append((pairs - ex) / n_up)
+        agree.append((w + t / 2) / (w + t + lo) if w + t + lo else np.nan)
+        tie.append(t / (w + t + lo) if w + t + lo else np.nan)
+        # pair-weighted means over the window
+        contrast.append(sum(float(s.get("mean_contrast", 0)) * float(s.get("pairs", 0)) for s in chunk) / pairs
+                        if pairs else np.nan)
+        weight.append(sum(float(s.get("mean_weight", 0)) * float(s.get("pairs", 0)) for s in chunk) / pairs
+                      if pairs else np.nan)
+        for n in supports:
+            star[n].append(sum(float(s.get(f"n_star_{n}", 0)) for s in chunk) / pairs if pairs else np.nan)
+    width = 0.8 * int(window)
+    a, b, c, d = axes
+    a.bar(xs, exact, width, label="exact", color="tab:blue")
+    a.bar(xs, coarse, width, bottom=exact, label="coarse", color="tab:orange")
+    a.set_title("(a) accepted pairs per update")
+    a.set_ylabel("pairs / update")
+    a.legend(fontsize=8)
+    b.plot(xs, agree, marker="o", label="agreement (W + T/2)/(W+T+L)")
+    b.plot(xs, tie, marker="s", linestyle="--", label="tie share")
+    b.axhline(0.5, color="0.6", linewidth=0.8)
+    b.set_ylim(0.0, 1.0)
+    b.set_title("(b) agreement with candidate outcomes")
+    b.legend(fontsize=8)
+    c.plot(xs, contrast, marker="o", label="mean |û|")
+    c.plot(xs, weight, marker="s", label="mean weight c")
+    c.set_title("(c) outcome contrast and evidence weight")
+    c.legend(fontsize=8)
+    bottom = np.zeros(len(xs))
+    for n in supports:
+        vals = np.nan_to_num(np.asarray(star[n], dtype=np.float64))
+        d.bar(xs, vals, width, bottom=bottom, label=f"n* = {n}")
+        bottom += vals
+    d.set_ylim(0.0, 1.05)
+    d.set_title("(d) balanced support n* (share of pairs)")
+    if supports:
+        d.legend(fontsize=8)
+    for ax in axes:
+        ax.set_xlabel("update")
+    return list(axes)
