@@ -1,0 +1,81 @@
+"""WebShop data commands: ``rubricgym data webshop`` and ``rubricgym data generate-webshop``.
+
+* ``rubricgym data webshop --from DIR`` checks upstream's files in DIR against their
+  published sha256 and installs them where ``WebShop-Rubric-v0`` (``catalogue="auto"``)
+  finds them (``$RUBRICGYM_WEBSHOP_DATA`` or ``~/.cache/rubricgym/webshop``).
+* ``rubricgym data generate-webshop --out DIR`` writes a seeded generated catalogue in
+  upstream's raw format (``items_shuffle.json``, ``items_ins_v2.json``, ``items_human_ins.json``).
+
+Nothing heavy is imported at module import time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+__all__ = ["register", "install_webshop_data", "generate_webshop"]
+
+
+def install_webshop_data(
+    source: Path = typer.Option(..., "--from", help="Directory holding upstream's WebShop JSON files."),
+    dest: Optional[Path] = typer.Option(None, "--dest", help="Install here instead of the default data directory."),
+    verify: bool = typer.Option(True, "--verify/--no-verify", help="Check the published sha256 values."),
+) -> None:
+    """Verify upstream WebShop files (published sha256) and install them."""
+    import shutil
+
+    from rich.console import Console
+
+    from agent_envs.webshop.catalogue import (
+        CatalogueError,
+        default_data_dir,
+        find_real_files,
+        verify_files,
+    )
+
+    console = Console()
+    paths = find_real_files(source)
+    if paths is None:
+        console.print(f"[red]{source}: no complete WebShop file set (items_shuffle_1000.json + "
+                      "items_ins_v2_1000.json + items_human_ins.json)[/red]")
+        raise typer.Exit(1)
+    try:
+        digests = verify_files(paths, strict=verify) if verify else {}
+    except CatalogueError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    target = (dest or default_data_dir()).expanduser()
+    target.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        if p.resolve() != (target / p.name).resolve():
+            shutil.copyfile(p, target / p.name)
+        console.print(f"{p.name}: {digests.get(p.name, 'unverified')} -> {target / p.name}")
+    console.print(f"[green]installed WebShop data in {target}[/green]")
+
+
+def generate_webshop(
+    out: Path = typer.Option(..., "--out", help="Directory to write the three JSON files to."),
+    num_products: int = typer.Option(1000, "--num-products", min=1, help="Number of products."),
+    seed: int = typer.Option(0, "--seed", help="Generator seed."),
+) -> None:
+    """Write a seeded generated WebShop catalogue in upstream's raw format."""
+    from rich.console import Console
+
+    from agent_envs.webshop.generator import generate_raw, write_raw
+
+    raw = generate_raw(num_products, seed)
+    paths = write_raw(raw, out)
+    console = Console()
+    for key, path in paths.items():
+        console.print(f"{key}: {path}")
+    n_human = sum(len(v) for v in raw.items_human_ins.values())
+    console.print(f"[green]{len(raw.items_shuffle)} products, {n_human} human instructions[/green]")
+
+
+def register(app: typer.Typer, data_app: typer.Typer) -> None:
+    """Add the WebShop data commands to the CLI."""
+    data_app.command("webshop")(install_webshop_data)
+    data_app.command("generate-webshop")(generate_webshop)
