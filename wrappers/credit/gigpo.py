@@ -17,17 +17,78 @@ import numpy as np
 
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import NORMS, check_choice, step_returns, task_norm
-from wrappers.credit.graph import segment_normalize
+from wrappers.credit.common import NORMS, check_choice
+from wrappers.credit.graph import RowTable, segment_normalize
 
-__all__ = ["GiGPO", "anchor_ids", "gigpo_step_advantages"]
+__all__ = ["GiGPO", "anchor_ids", "gigpo_step_advantages", "gigpo_step_batch"]
 
 
-def anchor_ids(group: Sequence[Trajectory]) -> tuple[np.ndarray, int]:
-    """Per row (trajectory-major) the anchor-group id of its ``state_key``, and the count."""
-    index: dict[Hashable, int] = {}
-    ids = [index.setdefault(s.state_key, len(index)) for t in group for s in t.steps]
-    return np.array(ids, dtype=np.intp), len(index)
+def anchor_ids(groups: Sequence[Sequence[Trajectory]]) -> tuple[np.ndarray, int]:
+    """Per row (group-major, trajectory-major) the anchor-group id of its ``state_key``
+    within its group, and the number of anchor groups (ids never span groups)."""
+    ids: list[int] = []
+    total = 0
+    for group in groups:
+        index: dict[Hashable, int] = {}
+        new = index.setdefault
+        for t in group:
+            ids.extend([total + new(s.state_key, len(index)) for s in t.steps])
+        total += len(index)
+    return np.array(ids, dtype=np.intp), total
+
+
+def gigpo_step_batch(groups: Sequence[Sequence[Trajectory]], gamma: float, norm: str,
+                     returns: Sequence[Sequence[np.ndarray]] | None = None,
+                     rows: RowTable | None = None) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """A_S for a batch, vectorised: Norm of R_t within anchor-state groups [SCPO Eq. 2].
+
+    Args:
+        groups: The groups.
+        gamma: Discount γ of the step return.
+        norm: ``"mean_std"`` or ``"mean"``.
+        returns: Optional ``[group][trajectory]`` step returns to use instead of R_t.
+        rows: A prebuilt :class:`~wrappers.credit.graph.RowTable` of ``groups``.
+
+    Returns:
+        A_S per row (group-major, trajectory-major) and per-group diagnostics
+        (``anchor_groups``, ``singleton_share``, ``mean_anchor_size``).
+    """
+    if rows is None:
+        rows = RowTable(groups)
+    if returns is None:
+        r = rows.returns(gamma)
+    else:
+        flat = []
+        for g, (group, rets) in enumerate(zip(groups, returns)):
+            if len(rets) != len(group):
+                raise ValueError(f"returns for group {g} has {len(rets)} arrays, the group {len(group)} trajectories")
+            for i, (traj, x) in enumerate(zip(group, rets)):
+                x = np.asarray(x, dtype=np.float64)
+                if x.shape != (len(traj.steps),):
+                    raise ValueError(f"returns[{i}] has shape {x.shape}, trajectory {i} has {len(traj.steps)} steps")
+                flat.append(x)
+        r = np.concatenate(flat) if flat else np.zeros(0)
+    seg, k = anchor_ids(groups)
+    step = segment_normalize(r, seg, norm, k)
+    G = rows.n_groups
+    if seg.size:
+        sizes = np.bincount(seg, minlength=k)
+        anchor_group = np.zeros(k, dtype=np.intp)
+        anchor_group[seg] = rows.group
+        n_anchor = np.bincount(anchor_group, minlength=G)
+        n_rows = np.bincount(rows.group, minlength=G)
+        single = np.bincount(rows.group, weights=(sizes[seg] == 1).astype(float), minlength=G)
+    else:
+        n_anchor = n_rows = single = np.zeros(G)
+    stats = [
+        {
+            "anchor_groups": int(n_anchor[g]),
+            "singleton_share": float(single[g] / n_rows[g]) if n_rows[g] else float("nan"),
+            "mean_anchor_size": float(n_rows[g] / n_anchor[g]) if n_anchor[g] else float("nan"),
+        }
+        for g in range(G)
+    ]
+    return step, stats
 
 
 def gigpo_step_advantages(group: Sequence[Trajectory], gamma: float, norm: str,
@@ -45,21 +106,9 @@ def gigpo_step_advantages(group: Sequence[Trajectory], gamma: float, norm: str,
         One array per trajectory, and diagnostics (anchor groups, singleton share, mean
         anchor-group size).
     """
-    rets = [step_returns(t, gamma) for t in group] if returns is None else [np.asarray(r, float) for r in returns]
-    lengths = [len(t.steps) for t in group]
-    for i, (r, n) in enumerate(zip(rets, lengths)):
-        if r.shape != (n,):
-            raise ValueError(f"returns[{i}] has shape {r.shape}, trajectory {i} has {n} steps")
-    seg, k = anchor_ids(group)
-    flat = np.concatenate(rets) if rets else np.zeros(0)
-    adv = segment_normalize(flat, seg, norm, k) if flat.size else flat
-    sizes = np.bincount(seg, minlength=k) if seg.size else np.zeros(0, np.intp)
-    stats = {
-        "anchor_groups": int(k),
-        "singleton_share": float(np.mean(sizes[seg] == 1)) if seg.size else float("nan"),
-        "mean_anchor_size": float(sizes.mean()) if k else float("nan"),
-    }
-    return list(np.split(adv, np.cumsum(lengths)[:-1])) if lengths else [], stats
+    rows = RowTable([group])
+    step, stats = gigpo_step_batch([group], gamma, norm, None if returns is None else [returns], rows)
+    return [x.copy() for x in rows.split(step)], stats[0]
 
 
 @register_estimator("gigpo")
@@ -94,8 +143,9 @@ class GiGPO(Estimator):
         self.episode_weight = float(episode_weight)
         self.episode_norm = episode_norm
 
-    def compute_group(self, group: Sequence[Trajectory]) -> CreditResult:
-        a_s, stats = gigpo_step_advantages(group, self.gamma, self.norm)
-        a_e = task_norm(group, self.norm, self.episode_norm)
-        adv = [self.episode_weight * e + self.step_weight * s for e, s in zip(a_e, a_s)]
-        return CreditResult(adv, stats=stats)
+    def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """Credit for validated groups, in one vectorised pass over the batch."""
+        rows = RowTable(groups)
+        step, stats = gigpo_step_batch(groups, self.gamma, self.norm, rows=rows)
+        adv = self.episode_weight * rows.episode_term(self.norm, self.episode_norm) + self.step_weight * step
+        return [CreditResult(a, stats=st) for a, st in zip(rows.split_groups(adv), stats)]

@@ -13,9 +13,13 @@ the next step's ``state_key``; :class:`Terminal` ``(i)`` for the last step.  A f
 truncated ending never enters :data:`SUCCESS` [GraphGPO notes §5.1].
 
 Distances are breadth-first over the reversed edges (unit cost, so BFS *is* Dijkstra)
-[GraphGPO notes §5.2, Eq. d(s) = min (c + d(s′))].  Rows are stored flat, trajectory-major,
-so per-row quantities are numpy arrays and :meth:`TransitionGraph.split` turns them back
-into one array per trajectory.
+[GraphGPO notes §5.2, Eq. d(s) = min (c + d(s′))].
+
+For speed a whole batch of groups is held in one object (:meth:`TransitionGraph.from_groups`):
+every group gets its own nodes, so the groups are disjoint components and one pass of numpy
+(and one multi-source BFS) serves all of them.  Rows are stored flat, group-major then
+trajectory-major; :meth:`RowTable.split` / :meth:`RowTable.split_groups` turn per-row arrays
+back into one array per trajectory.
 
 Example:
     >>> from agent_envs.trajectory import Step, Trajectory
@@ -45,9 +49,15 @@ __all__ = [
     "SUCCESS",
     "Terminal",
     "UNREACHABLE",
+    "RowTable",
     "TransitionGraph",
     "segment_normalize",
+    "segment_max",
     "graph_stats",
+    "graph_stats_batch",
+    "count_pairs",
+    "group_pairs",
+    "compress_keys",
 ]
 
 #: Conventions for states that cannot reach success: GraphGPO's max finite distance + 1,
@@ -84,8 +94,9 @@ class Terminal:
     trajectory: int
 
 
-def segment_normalize(x: np.ndarray, seg: np.ndarray, mode: str, n_seg: int | None = None) -> np.ndarray:
-    """Norm(x) within each segment (anchor group); singletons give 0 (SPEC §4 preamble).
+def segment_normalize(x: np.ndarray, seg: np.ndarray, mode: str, n_seg: int | None = None,
+                      singleton: str = "zero") -> np.ndarray:
+    """Norm(x) within each segment (anchor group); SPEC §4 preamble.
 
     ``mode="mean_std"``: (x − mean)/(sample std + 1e-6); ``mode="mean"``: x − mean.
     Values are shifted by their segment's first member before averaging, so a segment of
@@ -96,6 +107,8 @@ def segment_normalize(x: np.ndarray, seg: np.ndarray, mode: str, n_seg: int | No
         seg: Segment index of each value in ``0..n_seg-1``, shape (n,).
         mode: ``"mean_std"`` or ``"mean"``.
         n_seg: Number of segments (default ``seg.max() + 1``).
+        singleton: A segment of one gives ``"zero"`` (step groups) or keeps its value,
+            ``"identity"`` (task groups: mean 0, scale 1) [MCGPO A.3].
 
     Example:
         >>> segment_normalize(np.array([1.0, 3.0, 5.0]), np.array([0, 0, 1]), "mean").tolist()
@@ -107,7 +120,7 @@ def segment_normalize(x: np.ndarray, seg: np.ndarray, mode: str, n_seg: int | No
         return np.zeros(0)
     k = int(seg.max()) + 1 if n_seg is None else n_seg
     counts = np.bincount(seg, minlength=k)
-    first = np.full(k, np.nan)
+    first = np.zeros(k)
     first[seg[::-1]] = x[::-1]  # value of each segment's first member
     shifted = x - first[seg]
     mean = np.bincount(seg, weights=shifted, minlength=k) / np.maximum(counts, 1)
@@ -121,122 +134,251 @@ def segment_normalize(x: np.ndarray, seg: np.ndarray, mode: str, n_seg: int | No
     else:
         check_choice("norm", mode, ("mean_std", "mean"))
         raise AssertionError  # unreachable
-    out[counts[seg] == 1] = 0.0
+    single = counts[seg] == 1
+    out[single] = 0.0 if singleton == "zero" else x[single]
     return out
 
 
-class TransitionGraph:
-    """The transition graph of one group (one task's siblings).
+def segment_max(x: np.ndarray, seg: np.ndarray, n_seg: int, initial: float = -np.inf) -> np.ndarray:
+    """Per-segment maximum (``initial`` for empty segments)."""
+    out = np.full(n_seg, initial, dtype=np.float64)
+    if x.size:
+        np.maximum.at(out, seg, x)
+    return out
+
+
+def count_pairs(keys: np.ndarray) -> int:
+    """Σ over distinct key values of C(count, 2): the number of pairs sharing a key.
+
+    Example:
+        >>> count_pairs(np.array([3, 1, 3, 3]))
+        3
+    """
+    if keys.size == 0:
+        return 0
+    _, c = np.unique(keys, return_counts=True)
+    return int((c * (c - 1) // 2).sum())
+
+
+def group_pairs(keys: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group, the number of pairs of items sharing a key (keys never span groups)."""
+    if keys.size == 0:
+        return np.zeros(n_groups)
+    _, first, c = np.unique(keys, return_index=True, return_counts=True)
+    return np.bincount(group[first], weights=(c * (c - 1) // 2).astype(float), minlength=n_groups)
+
+
+def compress_keys(keys: np.ndarray) -> np.ndarray:
+    """Dense ids 0..k-1 for integer keys (keeps composite keys small)."""
+    if keys.size == 0:
+        return keys.astype(np.int64)
+    return np.unique(keys, return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+
+class RowTable:
+    """A batch of groups as flat step rows (group-major, then trajectory-major).
 
     Attributes:
+        n_groups: Number of groups.
+        group_traj: Trajectory offsets of each group (global trajectory index), len n_groups+1.
+        traj_group: Group of every trajectory.
+        offsets: Row offsets of each trajectory, len n_traj+1.
+        traj, group: Trajectory / group of every row.
+        reward, penalty: Per-row task reward and row-local penalty.
+        success: Per-trajectory success flags.
+    """
+
+    def __init__(self, groups: Sequence[Sequence[Trajectory]]) -> None:
+        self._init_rows(groups)
+
+    def _init_rows(self, groups: Sequence[Sequence[Trajectory]]) -> None:
+        sizes = [len(g) for g in groups]
+        self.n_groups = len(groups)
+        self.group_traj = np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp)
+        self.traj_group = np.repeat(np.arange(self.n_groups, dtype=np.intp), sizes)
+        trajs = [t for g in groups for t in g]
+        lengths = [len(t.steps) for t in trajs]
+        self.n_traj = len(trajs)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
+        self.traj = np.repeat(np.arange(self.n_traj, dtype=np.intp), lengths)
+        self.group = self.traj_group[self.traj]
+        self.success = np.array([bool(t.success) for t in trajs], dtype=bool)
+        self.reward = np.array([s.reward for t in trajs for s in t.steps], dtype=np.float64)
+        self.penalty = np.array([s.penalty for t in trajs for s in t.steps], dtype=np.float64)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of step rows."""
+        return int(self.traj.size)
+
+    def split(self, values: np.ndarray) -> list[np.ndarray]:
+        """Split a per-row array into one array per trajectory (all groups, in order)."""
+        values = np.asarray(values, dtype=np.float64)
+        return [values[a:b] for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+
+    def split_groups(self, values: np.ndarray) -> list[list[np.ndarray]]:
+        """Split a per-row array into ``[group][trajectory]`` arrays."""
+        per_traj = self.split(values)
+        bounds = self.group_traj.tolist()
+        return [per_traj[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def outcomes(self) -> np.ndarray:
+        """O_i = Σ_t reward_{i,t} per trajectory."""
+        return np.bincount(self.traj, weights=self.reward, minlength=self.n_traj)
+
+    def episode_term(self, norm: str, over: str = "rows") -> np.ndarray:
+        """Norm_task(Z) per row, Z_{i,t} = O_i + penalty_{i,t} (SPEC §4 preamble).
+
+        ``over="rows"`` normalises Z over all rows of each group (task-group singletons keep
+        their value: mean 0, scale 1); ``over="trajectories"`` normalises O_i over the
+        group's trajectories and broadcasts it (penalties ignored), as
+        :func:`~wrappers.credit.common.task_norm` does.
+        """
+        check_choice("episode_norm", over, ("rows", "trajectories"))
+        o = self.outcomes()
+        if over == "rows":
+            return segment_normalize(o[self.traj] + self.penalty, self.group, norm, self.n_groups, "identity")
+        per_traj = segment_normalize(o, self.traj_group, norm, self.n_groups, "identity")
+        return per_traj[self.traj]
+
+    def returns(self, gamma: float) -> np.ndarray:
+        """R_t = Σ_{k≥t} γ^{k−t} reward_k + penalty_t per row (same recursion as
+        :func:`~wrappers.credit.common.step_returns`)."""
+        rew = self.reward.tolist()
+        pen = self.penalty.tolist()
+        out = [0.0] * len(rew)
+        off = self.offsets.tolist()
+        for a, b in zip(off[:-1], off[1:]):
+            acc = 0.0
+            for t in range(b - 1, a - 1, -1):
+                acc = rew[t] + gamma * acc
+                out[t] = acc + pen[t]
+        return np.array(out, dtype=np.float64)
+
+
+class TransitionGraph(RowTable):
+    """The transition graph of one group, or of a batch of groups held as disjoint components.
+
+    Attributes (besides :class:`RowTable`'s):
         keys: Node index → state key (including :data:`SUCCESS` and :class:`Terminal` nodes).
-        index: State key → node index.
-        success_node: Index of :data:`SUCCESS`, or -1 when no trajectory succeeded.
-        src, dst: Source/destination node of every row (flat, trajectory-major), int arrays.
+        indices: Per group, state key → node index; :attr:`index` is group 0's.
+        node_group: Group of every node.
+        success_nodes: Per group the index of its :data:`SUCCESS` node, or -1 without success;
+            :attr:`success_node` is group 0's.
+        src, dst: Source/destination node of every row, int arrays.
         action: Action-class id of every row (ids index :attr:`actions`).
-        actions: Action id → ``Step.action_key``.
-        traj: Trajectory index of every row.
-        offsets: Row offsets, ``rows of trajectory i = offsets[i]:offsets[i+1]``.
-        success: Per-trajectory success flags (bool array).
+        edge_u, edge_v: Distinct (u, v) edges (sorted by u·n_nodes + v).
         succ, pred: Distinct successors / predecessors of every node (lists of int lists).
     """
 
     def __init__(self, group: Sequence[Trajectory]) -> None:
-        index: dict[Hashable, int] = {}
+        self._build([group])
+
+    @classmethod
+    def from_groups(cls, groups: Sequence[Sequence[Trajectory]]) -> TransitionGraph:
+        """One graph for a batch of groups (one disjoint component per group)."""
+        self = cls.__new__(cls)
+        self._build(groups)
+        return self
+
+    def _build(self, groups: Sequence[Sequence[Trajectory]]) -> None:
+        self._init_rows(groups)
         keys: list[Hashable] = []
+        indices: list[dict[Hashable, int]] = []
+        node_group: list[int] = []
+        success_nodes: list[int] = []
         actions: dict[Hashable, int] = {}
+        act_id = actions.setdefault
         src: list[int] = []
         dst: list[int] = []
         act: list[int] = []
-        lengths: list[int] = []
-
-        def node(key: Hashable) -> int:
-            n = index.get(key)
-            if n is None:
-                n = index[key] = len(keys)
-                keys.append(key)
-            return n
-
-        self.success = np.array([bool(t.success) for t in group], dtype=bool)
-        for i, traj in enumerate(group):
-            steps = traj.steps
-            n = len(steps)
-            lengths.append(n)
-            for t, step in enumerate(steps):
-                src.append(node(step.state_key))
-                if t == n - 1:
-                    if traj.success:
-                        nxt: Hashable = SUCCESS
-                    elif step.next_state_key is not None:
-                        nxt = step.next_state_key
-                    else:
-                        nxt = Terminal(i)
-                elif step.next_state_key is not None:
-                    nxt = step.next_state_key
+        for gi, group in enumerate(groups):
+            index: dict[Hashable, int] = {}
+            node = index.setdefault  # node(key, len(index)) -> local id, in order of appearance
+            off = len(keys)  # nodes of the earlier groups
+            for i, traj in enumerate(group):
+                steps = traj.steps
+                n = len(steps)
+                if n == 0:
+                    continue
+                s_ids = [node(s.state_key, len(index)) for s in steps]
+                d_ids = s_ids[1:]
+                d_ids.append(-1)
+                nxt_keys = [s.next_state_key for s in steps]
+                for t in range(n - 1):
+                    if nxt_keys[t] is not None:
+                        d_ids[t] = node(nxt_keys[t], len(index))
+                if traj.success:
+                    last: Hashable = SUCCESS
+                elif nxt_keys[-1] is not None:
+                    last = nxt_keys[-1]
                 else:
-                    nxt = steps[t + 1].state_key
-                dst.append(node(nxt))
-                a = actions.get(step.action_key)
-                if a is None:
-                    a = actions[step.action_key] = len(actions)
-                act.append(a)
+                    last = Terminal(i)
+                d_ids[-1] = node(last, len(index))
+                src.extend([off + v for v in s_ids] if off else s_ids)
+                dst.extend([off + v for v in d_ids] if off else d_ids)
+                act.extend([act_id(s.action_key, len(actions)) for s in steps])
+            indices.append({k: v + off for k, v in index.items()} if off else index)
+            keys.extend(index)
+            node_group.extend([gi] * len(index))
+            success_nodes.append(index[SUCCESS] + off if SUCCESS in index else -1)
         self.keys = keys
-        self.index = index
+        self.indices = indices
+        self.node_group = np.array(node_group, dtype=np.intp)
+        self.success_nodes = np.array(success_nodes, dtype=np.intp)
         self.actions = list(actions)
         self.n_nodes = len(keys)
         self.src = np.array(src, dtype=np.intp)
         self.dst = np.array(dst, dtype=np.intp)
         self.action = np.array(act, dtype=np.intp)
-        self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
-        self.traj = np.repeat(np.arange(len(group), dtype=np.intp), lengths)
-        self.success_node = index.get(SUCCESS, -1)
         # Distinct (u, v) adjacency; multi-edges with different actions collapse here,
         # which is all unit-cost distances need.
-        nn = self.n_nodes
+        nn = max(self.n_nodes, 1)
         pairs = np.unique(self.src * nn + self.dst) if self.src.size else np.zeros(0, np.intp)
-        self.edge_u = pairs // max(nn, 1)
-        self.edge_v = pairs % max(nn, 1)
-        succ: list[list[int]] = [[] for _ in range(nn)]
-        pred: list[list[int]] = [[] for _ in range(nn)]
+        self.edge_u = pairs // nn
+        self.edge_v = pairs % nn
+        succ: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        pred: list[list[int]] = [[] for _ in range(self.n_nodes)]
         for u, v in zip(self.edge_u.tolist(), self.edge_v.tolist()):
             succ[u].append(v)
             pred[v].append(u)
         self.succ = succ
         self.pred = pred
+        self._real = np.fromiter((not (k is SUCCESS or type(k) is Terminal) for k in keys), bool, len(keys))
         self._d_success: np.ndarray | None = None
 
     # -- basic views -------------------------------------------------------------------
     @property
-    def n_rows(self) -> int:
-        """Number of step rows."""
-        return int(self.src.size)
+    def index(self) -> dict[Hashable, int]:
+        """State key → node index of the first (for a single-group graph: the) group."""
+        return self.indices[0]
+
+    @property
+    def success_node(self) -> int:
+        """The success node of the first (single) group, -1 when it has no success."""
+        return int(self.success_nodes[0]) if self.n_groups else -1
 
     @property
     def n_states(self) -> int:
         """Number of canonical state nodes (the virtual and Terminal nodes excluded)."""
-        return self.n_nodes - int(self.success_node >= 0) - sum(isinstance(k, Terminal) for k in self.keys)
+        return int(self._real.sum())
 
     def is_real(self) -> np.ndarray:
         """Boolean mask of nodes that are canonical states (not SUCCESS, not Terminal)."""
-        return np.array([not (k is SUCCESS or isinstance(k, Terminal)) for k in self.keys], dtype=bool)
-
-    def split(self, values: np.ndarray) -> list[np.ndarray]:
-        """Split a per-row array into one array per trajectory."""
-        values = np.asarray(values, dtype=np.float64)
-        return [values[self.offsets[i] : self.offsets[i + 1]].copy() for i in range(len(self.offsets) - 1)]
+        return self._real.copy()
 
     # -- distances ---------------------------------------------------------------------
-    def distances_to(self, target: int) -> np.ndarray:
-        """d(s, target) for every node s (float; ``inf`` when target is unreachable).
+    def distances_to(self, target: int | Sequence[int]) -> np.ndarray:
+        """d(s, target) for every node s (float; ``inf`` when unreachable).
 
-        Reverse breadth-first search with unit edge cost.
+        Reverse breadth-first search with unit edge cost; several targets give the distance
+        to the nearest one (one pass for all groups of a batch).
         """
-        d = np.full(self.n_nodes, np.inf)
-        if target < 0:
-            return d
+        targets = [int(t) for t in np.atleast_1d(np.asarray(target)).tolist() if t >= 0]
         dist = [-1] * self.n_nodes
-        dist[target] = 0
-        queue = deque([target])
+        for t in targets:
+            dist[t] = 0
+        queue = deque(targets)
         pred = self.pred
         while queue:
             v = queue.popleft()
@@ -246,36 +388,36 @@ class TransitionGraph:
                     dist[u] = dv
                     queue.append(u)
         arr = np.array(dist, dtype=np.float64)
-        d[arr >= 0] = arr[arr >= 0]
-        return d
+        arr[arr < 0] = np.inf
+        return arr
 
     def success_distances(self) -> np.ndarray:
-        """D(s): distance of every node to :data:`SUCCESS` (``inf`` if unreachable; cached)."""
+        """D(s): distance of every node to its group's :data:`SUCCESS` (``inf`` if unreachable; cached)."""
         if self._d_success is None:
-            self._d_success = self.distances_to(self.success_node)
+            self._d_success = self.distances_to(self.success_nodes)
         return self._d_success
 
     def filled_distances(self, unreachable: str = "max_plus_one") -> np.ndarray:
         """D(s) with unreachable states set by the ``unreachable`` convention.
 
-        ``"max_plus_one"``: max finite D + 1 (1 when nothing is finite, i.e. no success;
-        then all states are equal anyway) [GraphGPO notes §5.2]; ``"zero"``: left at
-        ``inf`` so that every decayed term γ^D is 0 [MileGPO §3.1].
+        ``"max_plus_one"``: the group's max finite D + 1 (1 when nothing is finite, i.e. no
+        success; then all states are equal anyway) [GraphGPO notes §5.2]; ``"zero"``: left
+        at ``inf`` so that every decayed term γ^D is 0 [MileGPO §3.1].
         """
         check_choice("unreachable", unreachable, UNREACHABLE)
         d = self.success_distances()
         if unreachable == "zero":
             return d
         finite = np.isfinite(d)
-        fill = (d[finite].max() if finite.any() else 0.0) + 1.0
-        return np.where(finite, d, fill)
+        top = segment_max(d[finite], self.node_group[finite], self.n_groups, initial=0.0)
+        return np.where(finite, d, top[self.node_group] + 1.0)
 
     def graph_returns(self, gamma: float, scale: float = 10.0, unreachable: str = "max_plus_one") -> np.ndarray:
         """R^graph per row = scale·γ^{D(s_{t+1})} [SPEC §4.3; MCGPO A.3; MileGPO Eq. 1]."""
         d = self.filled_distances(unreachable)[self.dst]
-        with np.errstate(over="ignore", under="ignore"):
-            out = scale * np.power(float(gamma), d)
-        out[~np.isfinite(d)] = 0.0
+        finite = np.isfinite(d)
+        out = np.zeros(d.shape)
+        out[finite] = scale * np.power(float(gamma), d[finite])
         return out
 
     def max_product_potential(self, base: np.ndarray, omega: float) -> np.ndarray:
@@ -283,14 +425,15 @@ class TransitionGraph:
 
         A best-first search over reversed edges (values only shrink along a path since
         0 < ω ≤ 1), so every node is settled once: O(E log V) instead of one BFS per v.
+        Groups are disjoint, so one search serves a whole batch.
         """
         phi = np.zeros(self.n_nodes)
-        heap: list[tuple[float, int, int, int]] = []
-        for v in np.flatnonzero(base > 0).tolist():
-            heap.append((-float(base[v]), 0, v, v))
+        heap: list[tuple[float, int, int, int]] = [(-b, 0, v, v) for v, b in
+                                                   zip(np.flatnonzero(base > 0).tolist(), base[base > 0].tolist())]
         heapq.heapify(heap)
-        done = np.zeros(self.n_nodes, dtype=bool)
+        done = [False] * self.n_nodes
         pred = self.pred
+        base_l = base.tolist()
         while heap:
             neg, dist, origin, node = heapq.heappop(heap)
             if done[node]:
@@ -298,7 +441,7 @@ class TransitionGraph:
             done[node] = True
             phi[node] = -neg
             nd = dist + 1
-            value = float(base[origin]) * omega**nd
+            value = base_l[origin] * omega**nd
             if value <= 0.0:
                 continue
             for u in pred[node]:
@@ -306,14 +449,9 @@ class TransitionGraph:
                     heapq.heappush(heap, (-value, nd, origin, u))
         return phi
 
-    # -- anchor groups ---------------------------------------------------------------
-    def anchor_index(self) -> tuple[np.ndarray, int]:
-        """Per row the anchor group (= source node) index and the number of nodes."""
-        return self.src, self.n_nodes
 
-
-def graph_stats(graph: TransitionGraph, unreachable: str = "max_plus_one") -> dict[str, Any]:
-    """GraphGPO diagnostics (SPEC §4.3) for one group's graph.
+def graph_stats_batch(graph: TransitionGraph, unreachable: str = "max_plus_one") -> list[dict[str, Any]]:
+    """GraphGPO diagnostics (SPEC §4.3), one dict per group of ``graph``.
 
     * ``nodes``: canonical states (the virtual success node and dead ends excluded);
     * ``edges``: distinct observed transitions (s, a, s′);
@@ -322,55 +460,57 @@ def graph_stats(graph: TransitionGraph, unreachable: str = "max_plus_one") -> di
     * ``success_reachable_share``: share of canonical states with a path to success;
     * ``tie_rate``: among pairs of distinct edges (s, a, s′), (s, b, s″) with a ≠ b out of
       the same state, the share whose graph returns are equal (equal D(s′) = D(s″) under
-      the ``unreachable`` convention) [MileGPO Fig. 2, App. C.1]; ``nan`` when no pairs.
+      the ``unreachable`` convention) [MileGPO Fig. 2, App. C.1]; ``nan`` when no pairs;
     * ``action_pairs``: the number of such pairs, ``tie_pairs`` the tied ones;
     * ``success``: whether the group has a success.
     """
-    n_rows = graph.n_rows
+    G = graph.n_groups
     nn = max(graph.n_nodes, 1)
     na = max(len(graph.actions), 1)
-    real = graph.is_real()
-    # reuse: rows whose source node is visited (as a source) by >= 2 trajectories
-    if n_rows:
-        tv = np.unique(graph.traj * nn + graph.src)
-        n_traj_per_node = np.bincount(tv % nn, minlength=graph.n_nodes)
-        reuse = float(np.mean(n_traj_per_node[graph.src] >= 2))
-    else:
-        reuse = float("nan")
+    real = graph._real
+    ng = graph.node_group
+    rows = np.bincount(graph.group, minlength=G).astype(float)
+    nodes = np.bincount(ng[real], minlength=G)
     d = graph.success_distances()
-    n_real = int(real.sum())
-    reach = float(np.isfinite(d[real]).sum() / n_real) if n_real else float("nan")
-    # distinct edges (u, a, v)
-    if n_rows:
-        e = np.unique((graph.src * na + graph.action) * nn + graph.dst)
-        eu = e // (na * nn)
-        ea = (e // nn) % na
-        ev = e % nn
-        df = graph.filled_distances(unreachable)
-        # discretise distances (inf -> -1) to compare returns exactly via distance equality
-        dk = np.where(np.isfinite(df[ev]), df[ev], -1.0).astype(np.int64)
-        total_pairs = _pairs(eu) - _pairs(eu * na + ea)
-        key_d = eu * (int(dk.max()) + 2) + (dk + 1)
-        tie_pairs = _pairs(key_d) - _pairs(key_d * na + ea)
-        tie_rate = tie_pairs / total_pairs if total_pairs else float("nan")
-        n_edges = int(e.size)
-    else:
-        total_pairs, tie_pairs, tie_rate, n_edges = 0, 0, float("nan"), 0
-    return {
-        "nodes": n_real,
-        "edges": n_edges,
-        "reuse_rate": reuse,
-        "success_reachable_share": reach,
-        "tie_rate": float(tie_rate),
-        "action_pairs": int(total_pairs),
-        "tie_pairs": int(tie_pairs),
-        "success": bool(graph.success_node >= 0),
-    }
+    reach = np.bincount(ng[real & np.isfinite(d)], minlength=G)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if graph.n_rows:
+            tv = np.unique(graph.traj * nn + graph.src)
+            n_traj_per_node = np.bincount(tv % nn, minlength=graph.n_nodes)
+            shared = (n_traj_per_node[graph.src] >= 2).astype(float)
+            reuse = np.bincount(graph.group, weights=shared, minlength=G) / rows
+            e = np.unique((graph.src * na + graph.action) * nn + graph.dst)
+            eu, ea, ev = e // (na * nn), (e // nn) % na, e % nn
+            eg = ng[eu]
+            edges = np.bincount(eg, minlength=G)
+            df = graph.filled_distances(unreachable)[ev]
+            dk = np.where(np.isfinite(df), df, -1.0).astype(np.int64) + 1
+            k_u = eu.astype(np.int64)
+            k_ud = compress_keys(k_u * (int(dk.max()) + 1) + dk)
+            total = group_pairs(k_u, eg, G) - group_pairs(k_u * na + ea, eg, G)
+            ties = group_pairs(k_ud, eg, G) - group_pairs(k_ud * na + ea, eg, G)
+            tie_rate = np.where(total > 0, ties / np.maximum(total, 1), np.nan)
+        else:
+            reuse = np.full(G, np.nan)
+            edges = np.zeros(G, np.intp)
+            total = ties = np.zeros(G)
+            tie_rate = np.full(G, np.nan)
+        share = np.where(nodes > 0, reach / np.maximum(nodes, 1), np.nan)
+    return [
+        {
+            "nodes": int(nodes[g]),
+            "edges": int(edges[g]),
+            "reuse_rate": float(reuse[g]),
+            "success_reachable_share": float(share[g]),
+            "tie_rate": float(tie_rate[g]),
+            "action_pairs": int(total[g]),
+            "tie_pairs": int(ties[g]),
+            "success": bool(graph.success_nodes[g] >= 0),
+        }
+        for g in range(G)
+    ]
 
 
-def _pairs(keys: np.ndarray) -> int:
-    """Σ over distinct key values of C(count, 2)."""
-    if keys.size == 0:
-        return 0
-    _, c = np.unique(keys, return_counts=True)
-    return int((c * (c - 1) // 2).sum())
+def graph_stats(graph: TransitionGraph, unreachable: str = "max_plus_one") -> dict[str, Any]:
+    """:func:`graph_stats_batch` of a single-group graph (see there for the names)."""
+    return graph_stats_batch(graph, unreachable)[0]

@@ -29,10 +29,10 @@ import numpy as np
 
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import NORMS, check_choice, task_norm
-from wrappers.credit.graph import UNREACHABLE, TransitionGraph, graph_stats, segment_normalize
+from wrappers.credit.common import NORMS, check_choice
+from wrappers.credit.graph import UNREACHABLE, TransitionGraph, graph_stats_batch, segment_normalize
 
-__all__ = ["GraphGPO", "GraphCredit", "graphgpo_credit"]
+__all__ = ["GraphGPO", "GraphCredit", "graphgpo_batch", "graphgpo_credit"]
 
 
 @dataclass
@@ -44,7 +44,8 @@ class GraphCredit:
         step: A^G per trajectory (unweighted).
         episode: A^E = Norm_task(Z) per trajectory (unweighted).
         returns: R^graph per trajectory.
-        graph: The group's transition graph.
+        graph: The transition graph the group is part of (a batch graph holds several).
+        group: The group's index in ``graph``.
         stats: :func:`~wrappers.credit.graph.graph_stats` diagnostics.
     """
 
@@ -53,11 +54,12 @@ class GraphCredit:
     episode: list[np.ndarray]
     returns: list[np.ndarray]
     graph: TransitionGraph
+    group: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def graphgpo_credit(
-    group: Sequence[Trajectory],
+def graphgpo_batch(
+    groups: Sequence[Sequence[Trajectory]],
     *,
     gamma: float = 0.1,
     success_reward: float = 10.0,
@@ -67,18 +69,38 @@ def graphgpo_credit(
     episode_weight: float = 1.0,
     episode_norm: str = "rows",
     graph: TransitionGraph | None = None,
-) -> GraphCredit:
-    """GraphGPO task credit for one group (the public entry point MCGPO builds on).
+) -> list[GraphCredit]:
+    """GraphGPO task credit for a batch of groups, vectorised over the whole batch.
 
     Args:
-        group: The sibling trajectories of one task (already validated).
+        groups: One sequence of sibling trajectories per task (already validated).
         gamma: Distance discount γ (0.1 ALFWorld, 0.2 WebShop).
         success_reward: Return scale (10).
         unreachable: ``"max_plus_one"`` or ``"zero"``.
         norm: ``"mean_std"`` or ``"mean"``.
         step_weight, episode_weight: β^G and β^E.
         episode_norm: ``"rows"`` or ``"trajectories"`` (see :func:`~wrappers.credit.common.task_norm`).
-        graph: A prebuilt graph of ``group`` (built when omitted).
+        graph: A prebuilt :meth:`TransitionGraph.from_groups` of ``groups``.
+
+    Returns:
+        One :class:`GraphCredit` per group, in order.
+    """
+    check_choice("norm", norm, NORMS)
+    g = TransitionGraph.from_groups(groups) if graph is None else graph
+    r = g.graph_returns(gamma, success_reward, unreachable)
+    step = segment_normalize(r, g.src, norm, g.n_nodes)
+    episode = g.episode_term(norm, episode_norm)
+    adv = step_weight * step + episode_weight * episode
+    stats = graph_stats_batch(g, unreachable)
+    parts = [g.split_groups(x) for x in (adv, step, episode, r)]
+    return [GraphCredit(parts[0][k], parts[1][k], parts[2][k], parts[3][k], g, k, stats[k]) for k in range(g.n_groups)]
+
+
+def graphgpo_credit(group: Sequence[Trajectory], **params: Any) -> GraphCredit:
+    """GraphGPO task credit for one group (the public entry point MCGPO builds on).
+
+    Takes the keyword parameters of :func:`graphgpo_batch`; for many groups call that
+    instead (one vectorised pass).
 
     Example:
         >>> from agent_envs.trajectory import Step, Trajectory
@@ -90,13 +112,9 @@ def graphgpo_credit(
         >>> [a.round(4).tolist() for a in c.step]
         [[0.7071, 0.0], [-0.7071, 0.0]]
     """
-    g = TransitionGraph(group) if graph is None else graph
-    r = g.graph_returns(gamma, success_reward, unreachable)
-    step = segment_normalize(r, g.src, norm, g.n_nodes) if r.size else r
-    episode = task_norm(group, norm, episode_norm)
-    step_l = g.split(step)
-    adv = [step_weight * s + episode_weight * e for s, e in zip(step_l, episode)]
-    return GraphCredit(adv, step_l, episode, g.split(r), g, graph_stats(g, unreachable))
+    if "graph" in params and params["graph"] is not None and params["graph"].n_groups != 1:
+        raise ValueError("graphgpo_credit needs a single-group graph; use graphgpo_batch for batches")
+    return graphgpo_batch([group], **params)[0]
 
 
 @register_estimator("graphgpo")
@@ -134,8 +152,9 @@ class GraphGPO(Estimator):
         self.episode_weight = float(episode_weight)
         self.episode_norm = episode_norm
 
-    def compute_group(self, group: Sequence[Trajectory]) -> CreditResult:
-        c = graphgpo_credit(group, gamma=self.gamma, success_reward=self.success_reward,
-                            unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
-                            episode_weight=self.episode_weight, episode_norm=self.episode_norm)
-        return CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats)
+    def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """Credit for validated groups, in one vectorised pass over the batch."""
+        credits = graphgpo_batch(groups, gamma=self.gamma, success_reward=self.success_reward,
+                                 unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
+                                 episode_weight=self.episode_weight, episode_norm=self.episode_norm)
+        return [CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats) for c in credits]

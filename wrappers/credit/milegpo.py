@@ -52,10 +52,18 @@ import numpy as np
 
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import NORMS, check_choice, task_norm
-from wrappers.credit.graph import UNREACHABLE, TransitionGraph, graph_stats, segment_normalize
+from wrappers.credit.common import NORMS, check_choice
+from wrappers.credit.graph import (
+    UNREACHABLE,
+    TransitionGraph,
+    compress_keys,
+    graph_stats_batch,
+    group_pairs,
+    segment_max,
+    segment_normalize,
+)
 
-__all__ = ["MileGPO", "MileCredit", "PRESETS", "milegpo_credit"]
+__all__ = ["MileGPO", "MileCredit", "PRESETS", "milegpo_batch", "milegpo_credit"]
 
 #: Table 5 values shared by both environments.
 _SHARED: dict[str, float] = {
@@ -85,7 +93,8 @@ class MileCredit:
         delta_pos, delta_neg: δ⁺ and δ⁻.
         milestones: State key → S̄⁺ (after PCC), for candidates with a positive score.
         traps: State key → S̄⁻ for admitted traps.
-        graph: The transition graph.
+        graph: The transition graph the group is part of (a batch graph holds several).
+        group: The group's index in ``graph``.
         stats: Diagnostics (graph stats plus milestone/trap counts and shaping summaries).
     """
 
@@ -101,125 +110,115 @@ class MileCredit:
     milestones: dict[Hashable, float]
     traps: dict[Hashable, float]
     graph: TransitionGraph
+    group: int = 0
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _maxnorm(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """x / max(x[mask]) on mask, 0 elsewhere (all 0 when the max is not positive)."""
-    out = np.zeros_like(x)
-    if mask.any():
-        top = x[mask].max()
-        if top > 0:
-            out[mask] = x[mask] / top
+def _group_maxnorm(x: np.ndarray, mask: np.ndarray, seg: np.ndarray, n_seg: int) -> np.ndarray:
+    """x / (max of x over ``mask`` within its segment) on ``mask``, 0 elsewhere (and 0 where
+    that max is not positive): MileGPO's task-max normalisation."""
+    top = segment_max(x[mask], seg[mask], n_seg, initial=0.0)[seg]
+    ok = mask & (top > 0)
+    out = np.zeros_like(x, dtype=np.float64)
+    out[ok] = x[ok] / top[ok]
     return out
 
 
-def milegpo_credit(group: Sequence[Trajectory], *, preset: str = "alfworld", unreachable: str = "zero",
-                   episode_norm: str = "rows", trap_min_score: float = 0.1, trap_min_failed: int = 2,
-                   rcs: bool = True, pcc: bool = True, graph: TransitionGraph | None = None,
-                   **params: Any) -> MileCredit:
-    """MileGPO credit for one group.
-
-    Args:
-        group: The task's sibling trajectories (validated).
-        preset: ``"alfworld"`` or ``"webshop"``; the Table 5 defaults.
-        unreachable: Convention for r^G (``"zero"``: MileGPO; ``"max_plus_one"``: GraphGPO).
-        episode_norm: ``"rows"`` or ``"trajectories"``.
-        trap_min_score, trap_min_failed: Trap admission (0.1; 2 failed visitors unless revisited).
-        rcs, pcc: Stage switches (see the module docstring).
-        graph: A prebuilt graph of ``group``.
-        **params: Any Table 5 symbol (``c``, ``gamma_g``, ``omega``, ... ``eta``, ``norm``,
-            ``step_weight``, ``episode_weight``) overriding the preset.
-    """
+def _resolve(preset: str, params: dict[str, Any]) -> dict[str, Any]:
     check_choice("preset", preset, tuple(PRESETS))
     unknown = set(params) - set(_PARAMS)
     if unknown:
         raise TypeError(f"unknown MileGPO parameter(s) {sorted(unknown)}; accepted: {', '.join(_PARAMS)}")
-    p = {**PRESETS[preset], **{k: v for k, v in params.items() if v is not None}}
-    g = TransitionGraph(group) if graph is None else graph
-    n_traj = len(group)
-    nn = g.n_nodes
-    y = g.success
-    n_succ = int(y.sum())
-    n_fail = n_traj - n_succ
-    pq = n_succ / n_traj
-    real = g.is_real()
+    return {**PRESETS[preset], **{k: v for k, v in params.items() if v is not None}}
+
+
+def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_norm: str, trap_min_score: float,
+             trap_min_failed: int, rcs: bool, pcc: bool) -> dict[str, Any]:
+    """The MileGPO pipeline on a (batch) graph; every array is per node or per row."""
+    nn, G = g.n_nodes, g.n_groups
+    ngr = g.node_group
+    real = g._real
+    k_traj = np.bincount(g.traj_group, minlength=G).astype(float)
+    n_succ = np.bincount(g.traj_group, weights=g.success.astype(float), minlength=G)
+    n_fail = k_traj - n_succ
+    pq = n_succ / np.maximum(k_traj, 1.0)
+    pq_n, ns_n, nf_n = pq[ngr], n_succ[ngr], n_fail[ngr]
 
     # ---- visits (source states, plus the final canonical state of failed trajectories) --
     last = g.offsets[1:] - 1
-    ends = (g.offsets[1:] > g.offsets[:-1]) & ~y
+    ends = (g.offsets[1:] > g.offsets[:-1]) & ~g.success
     end_nodes = g.dst[last[ends]]
     keep = real[end_nodes]
     vt = np.concatenate([g.traj, np.flatnonzero(ends)[keep]])
     vn = np.concatenate([g.src, end_nodes[keep]])
-    tv, counts = np.unique(vt * nn + vn, return_counts=True)
+    tv, counts = np.unique(vt * max(nn, 1) + vn, return_counts=True)
     tu, nu = tv // max(nn, 1), tv % max(nn, 1)
+    ys = g.success[tu]
     n_vis = np.bincount(nu, minlength=nn).astype(float)
-    n_vis_s = np.bincount(nu, weights=y[tu].astype(float), minlength=nn)
+    n_vis_s = np.bincount(nu, weights=ys.astype(float), minlength=nn)
     n_vis_f = n_vis - n_vis_s
     again = counts > 1
     revisited = np.bincount(nu, weights=again.astype(float), minlength=nn) > 0
-    revisit_f = np.bincount(nu, weights=(again & ~y[tu]).astype(float), minlength=nn)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p_plus_v = np.where(n_vis > 0, n_vis_s / np.maximum(n_vis, 1), 0.0)
-        p_minus_v = np.where(n_vis > 0, n_vis_f / np.maximum(n_vis, 1), 0.0)
-    # ---- milestone discovery --------------------------------------------------------
+    revisit_f = np.bincount(nu, weights=(again & ~ys).astype(float), minlength=nn)
+    p_plus_v = np.where(n_vis > 0, n_vis_s / np.maximum(n_vis, 1), 0.0)
+    p_minus_v = np.where(n_vis > 0, n_vis_f / np.maximum(n_vis, 1), 0.0)
+
+    # ---- milestone discovery [MileGPO §3.2] -----------------------------------------
     deg = (np.bincount(g.edge_v, minlength=nn) + np.bincount(g.edge_u, minlength=nn)).astype(float)
     cand = real & (n_vis_s > 0)
-    m = n_vis_s / n_succ if n_succ else np.zeros(nn)
-    cent = _maxnorm(deg, cand)
-    s0 = np.where(cand, p["w_s"] * np.maximum(p_plus_v - pq, 0.0) + p["w_m"] * m + p["w_c"] * cent, 0.0)
-    f_minus = n_vis_f / n_fail if n_fail else np.zeros(nn)
+    m = np.where(ns_n > 0, n_vis_s / np.maximum(ns_n, 1), 0.0)
+    cent = _group_maxnorm(deg, cand, ngr, G)
+    s0 = np.where(cand, p["w_s"] * np.maximum(p_plus_v - pq_n, 0.0) + p["w_m"] * m + p["w_c"] * cent, 0.0)
+    f_minus = np.where(nf_n > 0, n_vis_f / np.maximum(nf_n, 1), 0.0)
     loop = np.where(n_vis_f > 0, revisit_f / np.maximum(n_vis_f, 1), 0.0)
     trap_cand = real & (n_vis_s == 0) & (n_vis > 0) & ((n_vis_f >= trap_min_failed) | revisited)
-    s_neg = p["w_f"] * np.maximum(p_minus_v - (1.0 - pq), 0.0) + p["w_l"] * f_minus * loop
+    s_neg = np.where(trap_cand, p["w_f"] * np.maximum(p_minus_v - (1.0 - pq_n), 0.0) + p["w_l"] * f_minus * loop, 0.0)
     traps = trap_cand & (s_neg >= trap_min_score)
     if not rcs:  # uniform MD: every mined candidate gets unit weight
         s0 = cand.astype(float)
         s_neg = traps.astype(float)
-    # ---- progress-contrastive calibration -------------------------------------------
+
+    # ---- progress-contrastive calibration [§3.4] ------------------------------------
     d = g.success_distances()
-    n_retained = int(cand.sum())
+    retained = cand
     if pcc and cand.any():
         eu, ev = g.edge_u, g.edge_v
-        ekeys = eu * nn + ev
-        te = np.unique(g.traj * (nn * nn) + g.src * nn + g.dst)
-        t_of = te // (nn * nn)
-        e_of = np.searchsorted(ekeys, te % (nn * nn))
-        ne = len(ekeys)
+        ne = eu.size
+        row_edge = np.searchsorted(eu * nn + ev, g.src * nn + g.dst)
+        te = np.unique(g.traj * ne + row_edge)  # (trajectory, edge) traversals
+        t_of, e_of = te // ne, te % ne
         n_e = np.bincount(e_of, minlength=ne).astype(float)
-        n_e_s = np.bincount(e_of, weights=y[t_of].astype(float), minlength=ne)
+        n_e_s = np.bincount(e_of, weights=g.success[t_of].astype(float), minlength=ne)
         p_e = n_e_s / n_e
         outdeg = np.bincount(eu, minlength=nn)
         has_sib = outdeg[eu] > 1
-        sib_mean = np.where(has_sib, (np.bincount(eu, weights=p_e, minlength=nn)[eu] - p_e)
-                            / np.maximum(outdeg[eu] - 1, 1), 0.0)
-        margin = np.where(has_sib, p_e - sib_mean, 0.0)
-        top = np.abs(margin).max() if ne else 0.0
-        cn = margin / top if top > 0 else np.zeros(ne)
-        into = (eu != ev) & (n_e_s > 0)  # incoming, non-self-loop, has a successful user
+        sib_sum = np.bincount(eu, weights=p_e, minlength=nn)[eu] - p_e
+        margin = np.where(has_sib, p_e - sib_sum / np.maximum(outdeg[eu] - 1, 1), 0.0)
+        eg = ngr[eu]
+        top = segment_max(np.abs(margin), eg, G, initial=0.0)[eg]
+        cn = np.where(top > 0, margin / np.where(top > 0, top, 1.0), 0.0)
+        into = (eu != ev) & (n_e_s > 0)  # incoming, not a self-loop, has a successful user
         b = np.zeros(nn)
         sel = into & (cn > 0)
         np.maximum.at(b, ev[sel], cn[sel])
         # excess failure rate: p⁻(e) − mean sibling p⁻ = −(p⁺(e) − mean sibling p⁺)
-        excess = np.where(has_sib, np.maximum(-margin, 0.0), np.maximum(p_minus_v[ev] - (1.0 - pq), 0.0))
+        excess = np.where(has_sib, np.maximum(-margin, 0.0), np.maximum(p_minus_v[ev] - (1.0 - pq[eg]), 0.0))
         ok = into & np.isfinite(d[eu]) & np.isfinite(d[ev])
-        psi = np.zeros(ne)
-        psi[ok] = (p["alpha_d"] * (d[eu[ok]] - d[ev[ok]]) + p["alpha_s"] * (p_plus_v[ev[ok]] - pq)
-                   - p["alpha_f"] * excess[ok])
+        psi = (p["alpha_d"] * (d[eu[ok]] - d[ev[ok]]) + p["alpha_s"] * (p_plus_v[ev[ok]] - pq[eg[ok]])
+               - p["alpha_f"] * excess[ok])
         psi_raw = np.zeros(nn)
-        np.maximum.at(psi_raw, ev[ok], psi[ok])  # best ψ > 0 (0 when none is positive)
-        psi_bar = _maxnorm(psi_raw, cand)
+        np.maximum.at(psi_raw, ev[ok], psi)  # best ψ > 0 (0 when none is positive)
+        psi_bar = _group_maxnorm(psi_raw, cand, ngr, G)
         energy = p["w_bc"] * b + p["w_pg"] * psi_bar
         retained = cand & ((psi_bar > 0) | (m >= p["theta_m"]) | ((p["kappa_bc"] != 0) & (b > 0)))
-        n_retained = int(retained.sum())
         s_pos = np.where(retained, s0 * (1.0 + p["w_pcc"] * energy), p["rho"] * s0)
         s_pos = np.where(cand, s_pos, 0.0)
     else:
         s_pos = s0
-    sbar_pos = _maxnorm(s_pos, cand)
-    sbar_neg = _maxnorm(s_neg, traps)
-    # ---- RCS potentials and increments -----------------------------------------------
+    sbar_pos = _group_maxnorm(s_pos, cand, ngr, G)
+    sbar_neg = _group_maxnorm(s_neg, traps, ngr, G)
+
+    # ---- RCS potentials, increments and returns [§3.3, Eqs. 1, 9–10, 20] -------------
     phi_pos = g.max_product_potential(sbar_pos, p["omega"])
     phi_neg = g.max_product_potential(sbar_neg, p["omega"])
     gp, wp, wn = p["gamma_phi"], p["w_pos"], p["w_neg"]
@@ -227,59 +226,119 @@ def milegpo_credit(group: Sequence[Trajectory], *, preset: str = "alfworld", unr
     dneg = np.maximum(gp * wn * phi_neg[g.dst] - wn * phi_neg[g.src], 0.0)
     r_g = g.graph_returns(p["gamma_g"], p["c"], unreachable)
     r_m = r_g + p["c"] * p["lam"] * (dpos - dneg)
-    a_g = segment_normalize(r_g, g.src, p["norm"], nn) if r_g.size else r_g
-    a_mix = segment_normalize(r_m, g.src, p["norm"], nn) if r_m.size else r_m
+    # ---- advantages [Eqs. 21–22] ----------------------------------------------------
+    a_g = segment_normalize(r_g, g.src, p["norm"], nn)
+    a_mix = segment_normalize(r_m, g.src, p["norm"], nn)
     step = a_g + p["eta"] * (a_mix - a_g)
-    episode = task_norm(group, p["norm"], episode_norm)
-    step_l = g.split(step)
-    adv = [p["step_weight"] * s + p["episode_weight"] * e for s, e in zip(step_l, episode)]
+    episode = g.episode_term(p["norm"], episode_norm)
+    adv = p["step_weight"] * step + p["episode_weight"] * episode
 
-    stats = graph_stats(g, unreachable)
+    # ---- diagnostics ----------------------------------------------------------------
+    stats = graph_stats_batch(g, unreachable)
     corr = r_m - r_g
-    stats.update({
-        "milestones": int((cand & (sbar_pos > 0)).sum()),
-        "milestone_candidates": int(cand.sum()),
-        "milestones_retained": n_retained,
-        "traps": int(traps.sum()),
-        "delta_pos_mean": float(dpos.mean()) if dpos.size else 0.0,
-        "delta_neg_mean": float(dneg.mean()) if dneg.size else 0.0,
-        "shaped_share": float(np.mean(corr != 0)) if corr.size else 0.0,
-        "correction_min": float(corr.min()) if corr.size else 0.0,
-        "correction_max": float(corr.max()) if corr.size else 0.0,
-        "ties_resolved_share": _ties_resolved(g, r_m, unreachable),
-    })
-    keys = g.keys
-    return MileCredit(
-        advantages=adv, step=step_l, graph_step=g.split(a_g), mix_step=g.split(a_mix), episode=episode,
-        graph_returns=g.split(r_g), returns=g.split(r_m), delta_pos=g.split(dpos), delta_neg=g.split(dneg),
-        milestones={keys[v]: float(sbar_pos[v]) for v in np.flatnonzero(sbar_pos > 0)},
-        traps={keys[v]: float(sbar_neg[v]) for v in np.flatnonzero(traps)},
-        graph=g, stats=stats,
-    )
+    rows = np.bincount(g.group, minlength=G).astype(float)
+
+    def per_group_nodes(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(ngr[mask], minlength=G)
+
+    def row_mean(x: np.ndarray) -> np.ndarray:
+        return np.where(rows > 0, np.bincount(g.group, weights=x, minlength=G) / np.maximum(rows, 1), 0.0)
+
+    counts_ms = per_group_nodes(cand & (sbar_pos > 0))
+    counts_cand = per_group_nodes(cand)
+    counts_ret = per_group_nodes(retained)
+    counts_traps = per_group_nodes(traps)
+    dpos_mean, dneg_mean = row_mean(dpos), row_mean(dneg)
+    shaped = row_mean((corr != 0).astype(float))
+    cmin = -segment_max(-corr, g.group, G, initial=0.0)
+    cmax = segment_max(corr, g.group, G, initial=0.0)
+    resolved = _ties_resolved(g, r_m, unreachable)
+    for k, st in enumerate(stats):
+        st.update({
+            "milestones": int(counts_ms[k]),
+            "milestone_candidates": int(counts_cand[k]),
+            "milestones_retained": int(counts_ret[k]),
+            "traps": int(counts_traps[k]),
+            "delta_pos_mean": float(dpos_mean[k]),
+            "delta_neg_mean": float(dneg_mean[k]),
+            "shaped_share": float(shaped[k]),
+            "correction_min": float(cmin[k]),
+            "correction_max": float(cmax[k]),
+            "ties_resolved_share": float(resolved[k]),
+        })
+    return {"adv": adv, "step": step, "a_g": a_g, "a_mix": a_mix, "episode": episode, "r_g": r_g, "r_m": r_m,
+            "dpos": dpos, "dneg": dneg, "sbar_pos": sbar_pos, "sbar_neg": sbar_neg, "cand": cand, "traps": traps,
+            "stats": stats}
 
 
-def _ties_resolved(g: TransitionGraph, r_m: np.ndarray, unreachable: str) -> float:
-    """Among same-state action pairs tied under r^G (equal D(s′)), the share that r^M
-    separates (|Δr^M| > 1e-9) [MileGPO App. C.1]; ``nan`` without ties."""
+def milegpo_batch(groups: Sequence[Sequence[Trajectory]], *, preset: str = "alfworld", unreachable: str = "zero",
+                  episode_norm: str = "rows", trap_min_score: float = 0.1, trap_min_failed: int = 2,
+                  rcs: bool = True, pcc: bool = True, graph: TransitionGraph | None = None,
+                  **params: Any) -> list[MileCredit]:
+    """MileGPO credit for a batch of groups, vectorised over the whole batch.
+
+    Args:
+        groups: One sequence of sibling trajectories per task (validated).
+        preset: ``"alfworld"`` or ``"webshop"``; the Table 5 defaults.
+        unreachable: Convention for r^G (``"zero"``: MileGPO; ``"max_plus_one"``: GraphGPO).
+        episode_norm: ``"rows"`` or ``"trajectories"``.
+        trap_min_score, trap_min_failed: Trap admission (0.1; 2 failed visitors unless revisited).
+        rcs, pcc: Stage switches (see the module docstring).
+        graph: A prebuilt :meth:`TransitionGraph.from_groups` of ``groups``.
+        **params: Any Table 5 symbol (``c``, ``gamma_g``, ``omega``, ... ``eta``, ``norm``,
+            ``step_weight``, ``episode_weight``) overriding the preset.
+
+    Returns:
+        One :class:`MileCredit` per group, in order.
+    """
+    p = _resolve(preset, params)
+    check_choice("unreachable", unreachable, UNREACHABLE)
+    g = TransitionGraph.from_groups(groups) if graph is None else graph
+    out = _compute(g, p, unreachable, episode_norm, trap_min_score, trap_min_failed, rcs, pcc)
+    names = ("adv", "step", "a_g", "a_mix", "episode", "r_g", "r_m", "dpos", "dneg")
+    parts = {k: g.split_groups(out[k]) for k in names}
+    ms = {k: {} for k in range(g.n_groups)}
+    tr = {k: {} for k in range(g.n_groups)}
+    for v in np.flatnonzero(out["cand"] & (out["sbar_pos"] > 0)).tolist():
+        ms[int(g.node_group[v])][g.keys[v]] = float(out["sbar_pos"][v])
+    for v in np.flatnonzero(out["traps"]).tolist():
+        tr[int(g.node_group[v])][g.keys[v]] = float(out["sbar_neg"][v])
+    return [
+        MileCredit(
+            advantages=parts["adv"][k], step=parts["step"][k], graph_step=parts["a_g"][k], mix_step=parts["a_mix"][k],
+            episode=parts["episode"][k], graph_returns=parts["r_g"][k], returns=parts["r_m"][k],
+            delta_pos=parts["dpos"][k], delta_neg=parts["dneg"][k], milestones=ms[k], traps=tr[k],
+            graph=g, group=k, stats=out["stats"][k],
+        )
+        for k in range(g.n_groups)
+    ]
+
+
+def milegpo_credit(group: Sequence[Trajectory], **kwargs: Any) -> MileCredit:
+    """MileGPO credit for one group; takes the keyword arguments of :func:`milegpo_batch`."""
+    return milegpo_batch([group], **kwargs)[0]
+
+
+def _ties_resolved(g: TransitionGraph, r_m: np.ndarray, unreachable: str) -> np.ndarray:
+    """Per group: among same-state action pairs tied under r^G (equal D(s′)), the share that
+    r^M separates (|Δr^M| > 1e-9) [MileGPO App. C.1]; ``nan`` without ties."""
+    G = g.n_groups
     if r_m.size == 0:
-        return float("nan")
+        return np.full(G, np.nan)
+    nn, na = g.n_nodes, max(len(g.actions), 1)
     df = g.filled_distances(unreachable)[g.dst]
-    dk = np.where(np.isfinite(df), df, -1.0).astype(np.int64)
-    rk = np.round(r_m, 9)
-    rows = np.stack([g.src, g.action, g.dst], axis=1)
-    _, first = np.unique(rows, axis=0, return_index=True)  # distinct edges (u, a, v)
-    u, a, dd = g.src[first], g.action[first], dk[first]
-    _, rid = np.unique(rk[first], return_inverse=True)
-
-    def pairs(*cols: np.ndarray) -> int:
-        _, c = np.unique(np.stack(cols, axis=1), axis=0, return_counts=True)
-        return int((c * (c - 1) // 2).sum())
-
-    ties = pairs(u, dd) - pairs(u, dd, a)
-    if ties == 0:
-        return float("nan")
-    unresolved = pairs(u, dd, rid) - pairs(u, dd, rid, a)
-    return (ties - unresolved) / ties
+    dk = np.where(np.isfinite(df), df, -1.0).astype(np.int64) + 1
+    _, first = np.unique((g.src * na + g.action) * nn + g.dst, return_index=True)  # distinct (u, a, v)
+    u, a, dd = g.src[first].astype(np.int64), g.action[first], dk[first]
+    eg = g.node_group[u]
+    _, rid = np.unique(np.round(r_m[first], 9), return_inverse=True)
+    rid = rid.reshape(-1).astype(np.int64)
+    k_ud = compress_keys(u * (int(dd.max()) + 1) + dd)
+    ties = group_pairs(k_ud, eg, G) - group_pairs(k_ud * na + a, eg, G)
+    k_udr = compress_keys(k_ud * (int(rid.max()) + 1) + rid)
+    unresolved = group_pairs(k_udr, eg, G) - group_pairs(k_udr * na + a, eg, G)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ties > 0, (ties - unresolved) / np.maximum(ties, 1), np.nan)
 
 
 @register_estimator("milegpo")
@@ -352,10 +411,11 @@ class MileGPO(Estimator):
         self.rcs = bool(rcs)
         self.pcc = bool(pcc)
 
-    def compute_group(self, group: Sequence[Trajectory]) -> CreditResult:
-        c = milegpo_credit(
-            group, preset=self.preset, unreachable=self.unreachable, episode_norm=self.episode_norm,
-            trap_min_score=self.trap_min_score, trap_min_failed=self.trap_min_failed, rcs=self.rcs,
-            pcc=self.pcc, **{k: getattr(self, k) for k in _PARAMS},
-        )
-        return CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats)
+    def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """Credit for validated groups, in one vectorised pass over the batch."""
+        p = {k: getattr(self, k) for k in _PARAMS}
+        g = TransitionGraph.from_groups(groups)
+        out = _compute(g, p, self.unreachable, self.episode_norm, self.trap_min_score, self.trap_min_failed,
+                       self.rcs, self.pcc)
+        adv, shaped = g.split_groups(out["adv"]), g.split_groups(out["r_m"])
+        return [CreditResult(a, shaped_rewards=r, stats=st) for a, r, st in zip(adv, shaped, out["stats"])]

@@ -92,7 +92,7 @@ def plot_graph(
     """
     import matplotlib as mpl  # noqa: PLC0415
 
-    g = TransitionGraph(group) if credit is None else credit.graph
+    g = TransitionGraph(group)
     ax = _new_axes(ax, (8.0, 5.0))
     stats = graph_stats(g, unreachable)
     d = g.filled_distances("max_plus_one")
@@ -136,6 +136,8 @@ def plot_graph(
         index = g.index
         for keys, color in ((credit.milestones, "goldenrod"), (credit.traps, "purple")):
             for k, score in keys.items():
+                if k not in index:
+                    raise ValueError(f"credit names state {k!r}, which is not in this group's graph")
                 v = index[k]
                 ax.scatter([x[v]], [y[v]], s=520, facecolors="none", edgecolors=color,
                            linewidths=1.0 + 3.0 * score, zorder=5)
