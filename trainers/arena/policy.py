@@ -44,7 +44,7 @@ __all__ = ["Decision", "Featurizer", "LinearSoftmaxPolicy", "BatchEval", "segmen
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
 STOPWORDS = frozenset(
-    "a an the to from in on into onto with of and or for it its at by is are be then some".split()
+    "a an the to from in on into onto with of and or for it its at by is are be then some sep".split()
 )
 
 
@@ -76,6 +76,24 @@ def _argument(action: str) -> str:
         return action[action.index("[") + 1 : action.rstrip().rindex("]")]
     parts = action.split(None, 1)
     return parts[1] if len(parts) > 1 else ""
+
+
+def _graded(rubric: Mapping[str, Any] | None) -> list[str]:
+    """``channel=bin`` for numeric (non-boolean) positive channels: counts as themselves,
+    fractions in (0, 1] binned to quarters (so 0.5 and 1.0 differ)."""
+    if not rubric:
+        return []
+    out = []
+    for name, value in rubric.items():
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            continue
+        if not np.isfinite(value) or value <= 0:
+            continue
+        if isinstance(value, (int, np.integer)) or value > 1:
+            out.append(f"{name}={int(value)}")
+        else:
+            out.append(f"{name}~{int(round(4 * float(value)))}")
+    return sorted(out)
 
 
 def _active(rubric: Mapping[str, Any] | None) -> list[str]:
@@ -134,7 +152,9 @@ class Featurizer:
       follows the action's argument (a WebShop result line's title; an ALFWorld listing);
     * ``x|g|w`` for every goal word ``g`` and action word ``w`` (scaled by 1/sqrt(count)),
       letting the policy learn which words go together ("heat" with "microwave");
-    * ``rub|T|S|v|h`` and ``ch|c|v|h`` per active channel ``c`` — progress-conditioned choices;
+    * ``rub|T|S|v|h`` and ``ch|c|v|h`` per active channel ``c``, and ``gv|c=n|v|h`` /
+      ``gv|c~q|v|h`` for graded channels (counts; fractions in quarters) — progress-conditioned
+      choices (e.g. "buy now" once the purchase readiness reaches 1);
     * ``seen|v`` if the action was taken before in this episode, ``last|v`` if it repeats the
       previous action, ``back|v`` if it repeats the one before.
 
@@ -173,6 +193,7 @@ class Featurizer:
         channels: Sequence[str],
         observation_lower: str,
         history: Sequence[str],
+        graded: Sequence[str] = (),
     ) -> dict[str, float]:
         """The named features of one action (before hashing)."""
         verb = _verb(action)
@@ -190,6 +211,8 @@ class Featurizer:
         }
         for ch in channels:
             feats[f"ch|{ch}|{verb}|{h}"] = 1.0
+        for g in graded:
+            feats[f"gv|{g}|{verb}|{h}"] = 1.0
         # Context: the argument plus the observation words that follow it.
         arg_text = _argument(action).strip().lower()
         ctx_words = set(args)
@@ -241,6 +264,7 @@ class Featurizer:
             raise ValueError("a decision needs at least one admissible action")
         goal_words = frozenset(_content(_tokens(goal)))
         channels = _active(rubric)
+        graded = _graded(rubric)
         signature = "+".join(channels) if channels else "-"
         obs = observation.lower()
         task_type = str(task_type or "-")
@@ -250,7 +274,7 @@ class Featurizer:
         for k, action in enumerate(actions):
             feats = self.action_features(
                 action, goal_words=goal_words, task_type=task_type, signature=signature,
-                channels=channels, observation_lower=obs, history=history,
+                channels=channels, observation_lower=obs, history=history, graded=graded,
             )
             for name, value in feats.items():
                 if value:

@@ -22,8 +22,8 @@ the ``end`` record, apart from the deterministic numbers.
 
 Example (a tiny run on generated ALFWorld games; takes about a minute):
     >>> from trainers.arena.runner import ArenaConfig, run_arena   # doctest: +SKIP
-    >>> cfg = ArenaConfig(env="alfworld-generated", updates=4, tasks_per_update=2, group_size=4)
-    >>> summary = run_arena(cfg, methods=["grpo", "mcgpo"], seeds=[0, 1], out_dir="arena_out")
+    >>> cfg = ArenaConfig(env="alfworld-generated", updates=4, tasks_per_update=2, group_size=4)  # doctest: +SKIP
+    >>> summary = run_arena(cfg, methods=["grpo", "mcgpo"], seeds=[0, 1], out_dir="arena_out")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -100,6 +101,9 @@ ENV_PRESETS: dict[str, EnvPreset] = {
         "ALFWorld-Rubric-v0", "alfworld", {"split": "train"}, "train", "valid_unseen", max_steps=30,
     ),
     "webshop": EnvPreset("WebShop-Rubric-v0", "webshop", {}, "train", "eval", max_steps=15),
+    "webshop-generated": EnvPreset(
+        "WebShop-Rubric-v0", "webshop", {"catalogue": "generated"}, "train", "eval", max_steps=15,
+    ),
 }
 
 
@@ -111,6 +115,7 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "alfworld": {},
     "alfworld-unseen": {},
     "webshop": {},
+    "webshop-generated": {},
 }
 
 
@@ -209,7 +214,7 @@ class ArenaConfig:
 
     def objective(self, overrides: Mapping[str, Any] | None = None) -> ObjectiveConfig:
         """The objective coefficients, with a method's overrides."""
-        kw = {f.name: getattr(self, f.name) for f in fields(ObjectiveConfig)}
+        kw = {f.name: getattr(self, f.name) for f in fields(ObjectiveConfig) if hasattr(self, f.name)}
         kw.update(overrides or {})
         return ObjectiveConfig(**kw)
 
@@ -254,6 +259,93 @@ def _make_env(preset: EnvPreset, max_steps: int) -> Any:
         env = gym.make(preset.env_id, max_steps=max_steps, **dict(preset.make_kwargs))
         _ENV_CACHE[key] = env
     return env
+
+
+def resolve_tasks(env: Any, split: str | None, n: int, offset: int = 0) -> list[Any]:
+    """The ``n`` task references ``offset .. offset+n-1`` of ``split``.
+
+    Environments with ``split_range(split)`` (WebShop: goal indices per split) map the
+    positions into that range; otherwise positions are passed as task indices with the
+    split in the reset options.
+
+    Raises:
+        ValueError: the split holds fewer than ``offset + n`` tasks.
+    """
+    base = getattr(env, "unwrapped", env)
+    if hasattr(base, "split_range") and split is not None:
+        rng = base.split_range(split)
+        if offset + n > len(rng):
+            raise ValueError(f"split {split!r} has {len(rng)} tasks; the arena asked for {offset + n}")
+        return [int(rng[offset + k]) for k in range(n)]
+    count = getattr(base, "num_tasks", None)
+    if callable(count):
+        total = int(count(split)) if split is not None else int(count())
+        if offset + n > total:
+            raise ValueError(f"split {split!r} has {total} tasks; the arena asked for {offset + n}")
+    return [offset + k for k in range(n)]
+
+
+#: The free-text search template of WebShop's admissible actions.
+SEARCH_TEMPLATE = "<your query>"
+_PRICE_CLAUSE = re.compile(r",?\s*and price lower than [\d.,]+ dollars", re.IGNORECASE)
+_REQUEST = re.compile(r"^\s*(i\s+(?:would like|want|need|am looking for|'m looking for)|find me|get me)\s+", re.IGNORECASE)
+
+
+def search_queries(goal: str) -> list[str]:
+    """Candidate queries that replace ``<your query>`` in a templated search action.
+
+    The arena policy chooses among a finite set, so a free-text search becomes three
+    goal-derived queries: the request without its price clause, its first six words and its
+    first three words (duplicates removed, order kept).
+
+    Example:
+        >>> search_queries("i want a gluten free trail mix, and price lower than 40.00 dollars")
+        ['a gluten free trail mix', 'gluten free trail mix', 'gluten free trail']
+    """
+    text = _REQUEST.sub("", _PRICE_CLAUSE.sub("", goal)).strip(" ,.")
+    words = [w for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9'&-]*", text) if w.lower() not in {"a", "an", "the"}]
+    out: list[str] = []
+    for q in (text, " ".join(words[:6]), " ".join(words[:3])):
+        q = q.strip()
+        if q and q not in out:
+            out.append(q)
+    return out or ["items"]
+
+
+def expand_actions(actions: Sequence[str], goal: str) -> list[str]:
+    """Admissible actions with templated searches replaced by :func:`search_queries`."""
+    out: list[str] = []
+    for a in actions:
+        if SEARCH_TEMPLATE in a:
+            out += [a.replace(SEARCH_TEMPLATE, q) for q in search_queries(goal)]
+        else:
+            out.append(a)
+    return out
+
+
+def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
+    """``Step.keys`` in the layout MCGPO reads: ``{"exact", "coarse", "signature": (C, F)}``.
+
+    The environments put the rubric signature inside their state summaries (SPEC §3.4:
+    "both keys also carry the rubric signature"), as the last two entries (C, F) of the
+    ``exact``/``coarse`` tuples, and not as ``keys["signature"]``.  When ``keys`` has no
+    ``"signature"`` and both summaries end with the same two frozensets, they are split
+    off: the summaries lose them and ``keys["signature"]`` gets them, so MCGPO's
+    state-only and rubric-only ablations see the parts they are meant to see.  Keys already
+    in MCGPO's layout are returned unchanged (copied).
+    """
+    keys = dict(info.get("keys") or {})
+    if "signature" in keys:
+        return keys
+    ex, co = keys.get("exact"), keys.get("coarse")
+    if (
+        isinstance(ex, tuple) and isinstance(co, tuple) and len(ex) >= 2 and len(co) >= 2
+        and isinstance(ex[-1], frozenset) and isinstance(ex[-2], frozenset) and ex[-2:] == co[-2:]
+    ):
+        keys["exact"], keys["coarse"], keys["signature"] = ex[:-2], co[:-2], (ex[-2], ex[-1])
+    elif info.get("signature") is not None:
+        keys["signature"] = tuple(info["signature"])
+    return keys
 
 
 def _hashable(value: Any, fallback: Hashable) -> Hashable:
@@ -311,7 +403,7 @@ def play_episode(
     truncated = False
     score, won = float(info.get("score", 0.0)), bool(info.get("won", False))
     while True:
-        actions = list(info.get("admissible_actions") or [])
+        actions = expand_actions(info.get("admissible_actions") or [], goal)
         if not actions:
             raise RuntimeError(f"task {task!r}: the environment offers no admissible action")
         decision = featurizer.decision(
@@ -325,8 +417,10 @@ def play_episode(
         obs2, reward, terminated, trunc, info2 = env.step(action)
         valid = bool(info2.get("valid", True))
         invalid += int(not valid)
-        action_keys = info.get("action_keys")
-        action_key = action_keys.get(action) if isinstance(action_keys, Mapping) else None
+        # The environment's own action key (WebShop: goal-aware keys), else the action.
+        action_key = info2.get("action_key")
+        if action_key is None and isinstance(info.get("action_keys"), Mapping):
+            action_key = info["action_keys"].get(action)
         steps.append(
             Step(
                 state_key=_hashable(info.get("state_key"), obs),
@@ -338,7 +432,7 @@ def play_episode(
                 observation=obs,
                 feedback=str(obs2),
                 rubric=dict(info.get("rubric") or {}),
-                keys=dict(info.get("keys") or {}),
+                keys=matching_keys(info),
                 next_state_key=_hashable(info2.get("state_key"), str(obs2)),
             )
         )
@@ -454,16 +548,16 @@ def _rng(*key: int) -> np.random.Generator:
 
 
 def _evaluate(
-    env: Any, cfg: ArenaConfig, policy: LinearSoftmaxPolicy, featurizer: Featurizer, seed: int, update: int
+    env: Any, cfg: ArenaConfig, val_set: Sequence[Any], policy: LinearSoftmaxPolicy, featurizer: Featurizer,
+    seed: int, update: int,
 ) -> dict[str, Any]:
     preset = cfg.preset
     succ, score, steps, invalid = [], [], [], 0
     per_type: dict[str, list[float]] = defaultdict(list)
-    for k in range(cfg.val_tasks):
-        task = preset.val_offset + k
+    for k, task in enumerate(val_set):
         traj, _, meta = play_episode(
             env, task=task, split=preset.val_split, slot=0, policy=policy, featurizer=featurizer,
-            rng=_rng(seed, 1_000_003, update, k), temperature=cfg.eval_temperature, reset_seed=task,
+            rng=_rng(seed, 1_000_003, update, k), temperature=cfg.eval_temperature, reset_seed=k,
         )
         succ.append(float(traj.success))
         score.append(float(traj.score))
@@ -501,6 +595,8 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     metrics_path = run_dir / "metrics.jsonl"
     tmp_path = run_dir / "metrics.jsonl.partial"
     env = _make_env(preset, cfg.horizon)
+    train_pool = resolve_tasks(env, preset.train_split, cfg.train_tasks)
+    val_set = resolve_tasks(env, preset.val_split, cfg.val_tasks, preset.val_offset)
     featurizer = Featurizer(cfg.dim)
     policy = LinearSoftmaxPolicy(cfg.dim)
     reference = policy.copy()
@@ -518,23 +614,24 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
               "variants": list(spec.variants), "estimator_params": {k: v for k, v in spec.params.items()},
               "objective": asdict(objective), "arena": cfg.to_dict()})
         t_eval = time.perf_counter()
-        rec = _evaluate(env, cfg, policy, featurizer, seed, 0)
+        rec = _evaluate(env, cfg, val_set, policy, featurizer, seed, 0)
         rec["time"] = {"eval": time.perf_counter() - t_eval}
         run.evals.append(rec)
         emit(rec)
         for update in range(1, cfg.updates + 1):
             t0 = time.perf_counter()
-            tasks = sorted(task_rng.choice(cfg.train_tasks, size=cfg.tasks_per_update, replace=False).tolist())
+            picks = sorted(task_rng.choice(cfg.train_tasks, size=cfg.tasks_per_update, replace=False).tolist())
+            tasks = [train_pool[k] for k in picks]
             groups: list[list[Trajectory]] = []
             group_records: list[list[list[DecisionRecord]]] = []
             invalid = 0
-            for task in tasks:
+            for pick, task in zip(picks, tasks):
                 group, grecs = [], []
                 for slot in range(cfg.group_size):
                     traj, recs, meta = play_episode(
                         env, task=task, split=preset.train_split, slot=slot, policy=policy,
-                        featurizer=featurizer, rng=_rng(seed, update, task, slot),
-                        temperature=cfg.temperature, reset_seed=task,
+                        featurizer=featurizer, rng=_rng(seed, update, pick, slot),
+                        temperature=cfg.temperature, reset_seed=pick,
                     )
                     group.append(traj)
                     grecs.append(recs)
@@ -589,7 +686,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", trajs)
             if update % cfg.eval_every == 0 or update == cfg.updates:
                 t_eval = time.perf_counter()
-                rec = _evaluate(env, cfg, policy, featurizer, seed, update)
+                rec = _evaluate(env, cfg, val_set, policy, featurizer, seed, update)
                 rec["time"] = {"eval": time.perf_counter() - t_eval}
                 run.evals.append(rec)
                 emit(rec)
