@@ -52,7 +52,7 @@ def generate_alfworld(
             table.add_row(name, str(counts[name]))
     console.print(table)
     root = paths[0].parent.parent.parent
-    console.print(f"{len(paths)} verified games in [bold]{root}[/bold] ({elapsed:.1f} s)")
+    console.print(f"{len(paths)} verified game(s) in [bold]{root}[/bold] ({elapsed:.1f} s)")
 
 
 def register(app: typer.Typer, data_app: typer.Typer) -> None:

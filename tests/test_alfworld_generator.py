@@ -1,0 +1,394 @@
+"""The seeded ALFWorld game generator (agent_envs/alfworld/generator.py).
+
+Every engine check here drives the real TextWorld PDDL engine (PddlEnv + alfworld's
+AlfredDemangler(shuffle=False) + AlfredInfos): generated walkthroughs must be admissible
+step by step and win on the last command.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textworld")  # the `alfworld` extra; CI installs it (strict skips)
+pytest.importorskip("alfworld")
+
+from agent_envs.alfworld import generator as gen  # noqa: E402
+from agent_envs.alfworld.generator import (  # noqa: E402
+    TASK_TYPES,
+    GameVerificationError,
+    Verifier,
+    build_game,
+    demangled_names,
+    ensure_generated,
+    generate_game,
+    verify_game,
+)
+
+FOLDER = re.compile(r"^(?P<type>[a-z_]+)-(?P<obj>[A-Za-z]+)-None-(?P<recep>[A-Za-z]+)-(?P<index>\d+)$")
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Verifier:
+    return Verifier()
+
+
+@pytest.fixture(scope="module")
+def small_cache(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Six verified games (one per type), generated once for the cache tests."""
+    return ensure_generated(n=6, seed=11, cache_dir=tmp_path_factory.mktemp("gen") / "c", workers=1)
+
+
+# ---------------------------------------------------------------------------- names
+
+
+def test_demangled_names_follow_the_engine_rule() -> None:
+    # Sorted lowercased ids within one name are numbered from the count down:
+    #   "mug_bar__minus_01..." < "mug_bar__plus_00..." < "mug_bar__plus_02..." (since "m" < "p",
+    #   then "00" < "02") -> mug 3, mug 2, mug 1.
+    # A basin receptacle named after its sink gets "basin" appended ("sinkbasin 1"), while the
+    # sink object keeps "sink 1"; ids without "_bar_" keep their text.
+    ids = [
+        "Mug_bar__plus_02_dot_00",
+        "Mug_bar__minus_01_dot_00",
+        "Mug_bar__plus_00_dot_50",
+        "Sink_bar__plus_01_dot_00",
+        "Sink_bar__plus_01_dot_00_bar_SinkBasin",
+        "agent1",
+    ]
+    names = demangled_names(ids)
+    assert names == {
+        "mug_bar__plus_02_dot_00": "mug 1",
+        "mug_bar__minus_01_dot_00": "mug 3",
+        "mug_bar__plus_00_dot_50": "mug 2",
+        "sink_bar__plus_01_dot_00": "sink 1",
+        "sink_bar__plus_01_dot_00_bar_sinkbasin": "sinkbasin 1",
+        "agent1": "agent1",
+    }
+
+
+def test_demangled_names_match_the_real_engine(verifier: Verifier) -> None:
+    game = generate_game(3, "pick_clean_then_place_in_recep")
+    verifier._env.load(dict(game))
+    state = verifier._env.reset()
+    engine = {info.id: info.name.strip() for info in state["_entity_infos"].values()}
+    ours = demangled_names(list(engine))
+    assert {k: v for k, v in ours.items() if "_bar_" in k} == {k: v for k, v in engine.items() if "_bar_" in k}
+    assert any(v.startswith("sinkbasin ") for v in engine.values())
+
+
+# ---------------------------------------------------------------------------- games (no engine)
+
+
+@pytest.mark.parametrize("task_type", TASK_TYPES)
+def test_generate_game_is_deterministic(task_type: str) -> None:
+    a = json.dumps(generate_game(42, task_type))
+    assert a == json.dumps(generate_game(42, task_type))
+    assert a == json.dumps(generate_game(random.Random("rubricgym-alfworld:42"), task_type))
+    assert a != json.dumps(generate_game(43, task_type))
+
+
+def _init(problem: str) -> str:
+    return problem[problem.index("(:init") : problem.index("(:goal")]
+
+
+def _in_receptacle(problem: str) -> dict[str, str]:
+    return dict(re.findall(r"\(inReceptacle (\S+) (\S+)\)", _init(problem)))
+
+
+def _types(problem: str, kind: str) -> dict[str, str]:
+    return dict(re.findall(rf"\({kind}Type (\S+) (\w+)Type\)", _init(problem)))
+
+
+@pytest.mark.parametrize("task_type", TASK_TYPES)
+def test_games_mirror_the_real_data(task_type: str) -> None:
+    vocab = gen.load_vocabulary()
+    shipped_domain, shipped_grammar = gen._logic_files()
+    for seed in range(25):
+        built = build_game(seed, task_type)
+        game = built.game
+        assert list(game) == ["pddl_domain", "grammar", "pddl_problem", "solvable", "walkthrough"]
+        assert game["solvable"] is True
+        assert game["pddl_domain"] == shipped_domain
+        assert game["grammar"] == shipped_grammar.replace("UNKNOWN GOAL", built.sentence)
+        assert built.sentence.split()[0] in {"put", "find", "clean", "heat", "cool", "look", "examine"}
+        m = FOLDER.match(built.folder_name(7))
+        assert m and m["type"] == task_type and m["obj"] == built.target and m["index"] == "7"
+        problem = game["pddl_problem"]
+        # every type constant the domain can name is declared (SinkBasinType, KnifeType, ...)
+        for t in vocab.object_types:
+            assert f"{t}Type - otype" in problem
+        for t in vocab.receptacle_types:
+            assert f"{t}Type - rtype" in problem
+        objects, receptacles = _types(problem, "object"), _types(problem, "receptacle")
+        inside = _in_receptacle(problem)
+        targets = [o for o, t in objects.items() if t == built.target]
+        assert len(targets) >= (2 if task_type == "pick_two_obj_and_place" else 1)
+        if task_type == "look_at_obj_in_light":
+            assert built.destination == "DeskLamp"
+            lamps = [o for o, t in objects.items() if t == "DeskLamp"]
+            assert len(lamps) == 1 and f"(toggleable {lamps[0]})" in problem and lamps[0] in inside
+            assert game["walkthrough"][-1].startswith(("use desklamp", "take "))
+        else:
+            # no target starts in a receptacle of the destination type (not won at the start)
+            assert all(receptacles[inside[o]] != built.destination for o in targets)
+            assert built.destination in receptacles.values()
+            assert game["walkthrough"][-1].startswith(f"move {built.target.lower()} ")
+        needed = {"pick_clean_then_place_in_recep": "SinkBasin", "pick_heat_then_place_in_recep": "Microwave",
+                  "pick_cool_then_place_in_recep": "Fridge"}.get(task_type)
+        if needed:
+            assert needed in receptacles.values()
+            verb = task_type.split("_")[1]  # clean / heat / cool
+            assert sum(c.startswith(f"{verb} ") for c in game["walkthrough"]) == 1
+        # the canContain table only names types present in the scene, as in the real data
+        for rt, ot in re.findall(r"\(canContain (\w+)Type (\w+)Type\)", problem):
+            assert rt in receptacles.values() and ot in objects.values()
+            assert ot in vocab.can_contain[rt]
+
+
+def test_games_are_varied_and_non_trivial() -> None:
+    built = [build_game(f"v{i}", TASK_TYPES[i % 6]) for i in range(240)]
+    rooms = Counter(b.room for b in built)
+    assert set(rooms) == {"kitchen", "livingroom", "bedroom", "bathroom"}
+    assert len({b.target for b in built}) >= 30
+    assert len({b.destination for b in built}) >= 12
+    opened = sum(any(c.startswith("open ") for c in b.game["walkthrough"]) for b in built)
+    assert opened >= 0.3 * len(built)  # targets or destinations often behind closed doors
+    for b in built:
+        receptacles = _types(b.game["pddl_problem"], "receptacle")
+        assert len(receptacles) >= 8  # several places to search
+
+
+# ---------------------------------------------------------------------------- engine
+
+
+@pytest.mark.parametrize("task_type", TASK_TYPES)
+def test_walkthroughs_win_in_the_real_engine(task_type: str, verifier: Verifier) -> None:
+    for seed in (0, 1):
+        game = generate_game(seed, task_type)
+        steps = verifier.verify(game, label=f"{task_type}/{seed}")
+        assert steps == len(game["walkthrough"]) >= 3
+
+
+def test_verification_names_the_failing_step(verifier: Verifier) -> None:
+    game = generate_game(5, "pick_heat_then_place_in_recep")
+    bad = dict(game, walkthrough=["fly to the moon", *game["walkthrough"]])
+    with pytest.raises(GameVerificationError, match=r"step 0 'fly to the moon' is not admissible"):
+        verifier.verify(bad, label="bad")
+    short = dict(game, walkthrough=game["walkthrough"][:-1])
+    with pytest.raises(GameVerificationError, match="not won after the last"):
+        verifier.verify(short, label="short")
+    with pytest.raises(GameVerificationError, match="no walkthrough"):
+        verifier.verify(dict(game, walkthrough=[]))
+
+
+# ---------------------------------------------------------------------------- cache
+
+
+def test_cache_layout_balance_and_manifest(small_cache: list[Path], verifier: Verifier) -> None:
+    assert small_cache == sorted(small_cache) and len(small_cache) == 6
+    root = small_cache[0].parents[2]
+    kinds = Counter()
+    for path in small_cache:
+        assert path.name == "game.tw-pddl" and path.parent.name == "trial_0"
+        m = FOLDER.match(path.parent.parent.name)
+        assert m, path
+        kinds[m["type"]] += 1
+    # generation verified each game; replay one file as written to check what reached the disk
+    pick_two = next(p for p in small_cache if "pick_two_obj_and_place" in str(p))
+    assert verify_game(pick_two, verifier) == len(json.loads(pick_two.read_text())["walkthrough"])
+    assert kinds == Counter({t: 1 for t in TASK_TYPES})
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["n"] == 6 and manifest["seed"] == 11 and manifest["task_types"] == list(TASK_TYPES)
+    assert [g["index"] for g in manifest["games"]] == list(range(6))
+    # cycle order: index i has task type TASK_TYPES[i % 6]
+    assert [g["task_type"] for g in manifest["games"]] == list(TASK_TYPES)
+    assert not [p for p in root.parent.iterdir() if p.name.startswith(".")]  # no temp dirs left
+
+
+def test_same_seed_gives_byte_identical_files(small_cache: list[Path], tmp_path: Path) -> None:
+    again = ensure_generated(n=6, seed=11, cache_dir=tmp_path / "again", workers=1)
+    root_a, root_b = small_cache[0].parents[2], again[0].parents[2]
+    assert [p.relative_to(root_a) for p in small_cache] == [p.relative_to(root_b) for p in again]
+    for a, b in zip(small_cache, again):
+        assert a.read_bytes() == b.read_bytes()
+    assert (root_a / "manifest.json").read_bytes() == (root_b / "manifest.json").read_bytes()
+
+
+def test_a_finished_cache_is_reused_without_the_engine(small_cache: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root = small_cache[0].parents[2]
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the cache was regenerated")
+
+    monkeypatch.setattr(gen, "_generate_into", boom)
+    assert ensure_generated(n=6, seed=11, cache_dir=root) == small_cache
+
+
+def test_default_cache_dir_honours_rubricgym_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUBRICGYM_CACHE", str(tmp_path))
+    assert gen.default_cache_dir(60, 0) == tmp_path / "alfworld" / "generated-0-60"
+    subset = gen.default_cache_dir(60, 0, ["look_at_obj_in_light"])
+    assert subset.parent == tmp_path / "alfworld" and subset.name.startswith("generated-0-60-")
+    paths = ensure_generated(n=2, seed=3, task_types=["look_at_obj_in_light", "pick_and_place_simple"], workers=1)
+    assert paths[0].parents[2] == gen.default_cache_dir(2, 3, ["pick_and_place_simple", "look_at_obj_in_light"])
+    # subset cycles in canonical order: index 0 pick_and_place_simple, index 1 look_at_obj_in_light
+    assert [p.parent.parent.name.split("-")[0] for p in paths] == ["look_at_obj_in_light", "pick_and_place_simple"]
+    assert paths[0].parent.parent.name.endswith("-1") and paths[1].parent.parent.name.endswith("-0")
+
+
+def test_an_interrupted_generation_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "c"
+    real_build = gen.build_game
+    calls = {"n": 0}
+
+    def crash_on_second(*args: object, **kwargs: object) -> gen.GeneratedGame:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("simulated crash while generating")
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(gen, "build_game", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_generated(n=2, seed=0, cache_dir=cache, workers=1)
+    assert not cache.exists() and list(tmp_path.iterdir()) == []  # no partial cache, no temp dir
+    monkeypatch.setattr(gen, "build_game", real_build)
+    # a stray temp dir from a killed run is ignored, then the cache is built normally
+    (tmp_path / ".c.tmp-stray" / "junk").mkdir(parents=True)
+    paths = ensure_generated(n=2, seed=0, cache_dir=cache, workers=1)
+    assert len(paths) == 2 and all(p.is_relative_to(cache) for p in paths)
+
+
+def test_a_damaged_cache_is_regenerated(tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    paths = ensure_generated(n=1, seed=4, cache_dir=cache, workers=1)
+    original = paths[0].read_bytes()
+    paths[0].write_text("{ truncated")
+    assert ensure_generated(n=1, seed=4, cache_dir=cache, workers=1) == paths
+    assert paths[0].read_bytes() == original
+
+
+def test_cache_dir_that_is_not_ours_is_refused(tmp_path: Path) -> None:
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match=r"mine.*not a generated-games cache"):
+        ensure_generated(n=1, cache_dir=foreign)
+    assert (foreign / "notes.txt").read_text() == "keep me"
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ValueError, match="not a directory"):
+        ensure_generated(n=1, cache_dir=a_file)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"n": 0}, ValueError, "n must be >= 1"),
+        ({"n": -3}, ValueError, "n must be >= 1"),
+        ({"n": "5"}, TypeError, "n must be an int"),
+        ({"n": True}, TypeError, "n must be an int"),
+        ({"seed": "zero"}, TypeError, "seed must be an int"),
+        ({"task_types": []}, ValueError, "task_types is empty"),
+        ({"task_types": "pick_and_place_simple"}, TypeError, "sequence of task-type names"),
+        ({"task_types": ["pick_and_place_simple", "juggle"]}, ValueError, "unknown ALFWorld task type 'juggle'"),
+        ({"workers": 0}, ValueError, "workers must be a positive int"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs: dict, error: type, match: str, tmp_path: Path) -> None:
+    with pytest.raises(error, match=match):
+        ensure_generated(cache_dir=tmp_path / "never", **kwargs)
+    assert not (tmp_path / "never").exists()
+
+
+def test_generate_game_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="look_at_obj_in_light"):  # lists the valid types
+        generate_game(0, "pick_and_juggle")
+    with pytest.raises(TypeError, match="rng_or_seed"):
+        generate_game(1.5, "pick_and_place_simple")  # type: ignore[arg-type]
+
+
+def test_corrupt_vocabulary_file_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "scenes.json"
+    bad.write_text("{ not json")
+    with pytest.raises(ValueError, match=re.escape(str(bad))):
+        gen.load_vocabulary(bad)
+    raw = json.loads(gen._VOCABULARY_PATH.read_text())
+    raw["rooms"]["kitchen"]["objects"].append("Unicorn")
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="unknown object type 'Unicorn'"):
+        gen.load_vocabulary(bad)
+
+
+def test_unreadable_game_file_is_named(tmp_path: Path) -> None:
+    broken = tmp_path / "game.tw-pddl"
+    broken.write_text("{")
+    with pytest.raises(GameVerificationError, match=re.escape(str(broken))):
+        verify_game(broken)
+
+
+def test_problem_predicates_are_those_of_the_real_data(alfworld_data: Path) -> None:
+    real: set[str] = set()
+    for path in sorted((alfworld_data / "json_2.1.1" / "valid_seen").glob("*/*/game.tw-pddl"))[:40]:
+        real |= set(re.findall(r"\((\w+) ", _init(json.loads(path.read_text())["pddl_problem"])))
+    ours: set[str] = set()
+    for i, task_type in enumerate(TASK_TYPES * 5):
+        ours |= set(re.findall(r"\((\w+) ", _init(generate_game(i, task_type)["pddl_problem"])))
+    assert ours <= real, ours - real
+
+
+def test_cli_generates_games(tmp_path: Path) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from agent_envs.alfworld import gen_cli
+
+    app, data_app = typer.Typer(), typer.Typer()
+    app.add_typer(data_app, name="data")
+    app.callback()(lambda: None)
+    gen_cli.register(app, data_app)
+    out = tmp_path / "games"
+    result = CliRunner().invoke(app, ["data", "generate-alfworld", "--n", "1", "--seed", "9", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1 verified game(s)" in result.output
+    assert len(list(out.glob("*/trial_0/game.tw-pddl"))) == 1
+    bad = CliRunner().invoke(app, ["data", "generate-alfworld", "--task-type", "juggle", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "juggle" in bad.output
+
+
+# ---------------------------------------------------------------------------- slow
+
+
+def _verify_chunk(jobs: list[tuple[int, str]]) -> list[tuple[int, str, int, str]]:
+    verifier = Verifier()
+    out = []
+    for index, task_type in jobs:
+        built = build_game(random.Random(gen._game_seed(1234, index, 0)), task_type)
+        out.append((index, task_type, verifier.verify(built.game, f"{task_type}/{index}"), built.room))
+    return out
+
+
+@pytest.mark.slow
+def test_hundreds_of_generated_games_win_first_time() -> None:
+    # 300 games, 50 per task type; each is the first draw for its index (no resampling needed)
+    jobs = [(i, TASK_TYPES[i % 6]) for i in range(300)]
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        results = [r for part in pool.map(_verify_chunk, [jobs[0::2], jobs[1::2]]) for r in part]
+    assert len(results) == 300
+    per_type = Counter(t for _, t, _, _ in results)
+    assert per_type == Counter({t: 50 for t in TASK_TYPES})
+    assert {room for _, _, _, room in results} == {"kitchen", "livingroom", "bedroom", "bathroom"}
+
+
+@pytest.mark.slow
+def test_worker_count_does_not_change_the_files(tmp_path: Path) -> None:
+    one = ensure_generated(n=8, seed=21, cache_dir=tmp_path / "one", workers=1)
+    two = ensure_generated(n=8, seed=21, cache_dir=tmp_path / "two", workers=2)
+    assert [p.read_bytes() for p in one] == [p.read_bytes() for p in two]
