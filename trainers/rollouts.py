@@ -17,6 +17,7 @@ own prompt ids and response ids).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from trainers.env_workers import EnvPool
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
-__all__ = ["TaskRef", "RowTokens", "RolloutResult", "RolloutSettings", "collect_rollouts", "NO_ACTION"]
+__all__ = ["fill_slots", "TaskRef", "RowTokens", "RolloutResult", "RolloutSettings", "collect_rollouts", "NO_ACTION"]
 
 log = logging.getLogger(__name__)
 
@@ -201,16 +202,21 @@ def collect_rollouts(
             pre = e.info
             valid = bool(info.get("valid", True))
             e.invalid += int(not valid)
+            keys = dict(pre.get("keys") or {})
+            if "signature" not in keys and pre.get("signature") is not None:
+                keys["signature"] = pre["signature"]  # MCGPO forms g = (h, C, F) itself
+            action_key = info.get("action_key") or (pre.get("action_keys") or {}).get(action) or action
             step = Step(
                 state_key=_hashable(pre.get("state_key"), e.obs),
                 action=action,
+                action_key=_hashable(action_key, action),
                 reward=float(info.get("task_reward", reward)),
                 penalty=float(info.get("penalty", 0.0)),
                 valid=valid,
                 observation=e.obs,
                 feedback=str(obs),
                 rubric=dict(pre.get("rubric") or {}),
-                keys=dict(pre.get("keys") or {}),
+                keys=keys,
                 next_state_key=_hashable(info.get("state_key"), str(obs)),
                 extra={"response": text},
             )
@@ -239,6 +245,24 @@ def collect_rollouts(
     return RolloutResult(groups, rows, meta, stats)
 
 
+_SLOT = re.compile(r"<[^<>]*>")
+
+
+def fill_slots(action: str, goal: str) -> str:
+    """``choose`` mode cannot write free text, so a templated admissible action such as
+    WebShop's ``search[<your query>]`` is filled with the task's goal sentence (a documented
+    simplification: the query is not learned in ``choose`` mode).
+
+    >>> fill_slots("search[<your query>]", "Find a red mug, under 10 dollars")
+    'search[find a red mug, under 10 dollars]'
+    >>> fill_slots("click[buy now]", "x")
+    'click[buy now]'
+    """
+    if "[<" not in action:
+        return action
+    return _SLOT.sub(lambda _m: " ".join(goal.lower().split()), action, count=1)
+
+
 def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live: list[_Episode],
             prompts: list[list[int]], settings: RolloutSettings, eos: int) -> tuple[list[str], list[list[int]], list[str]]:
     """Actions, response ids and response texts for the live episodes."""
@@ -251,7 +275,7 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live:
         to_generate = []
         idx, cands, cand_ids = [], [], []
         for k, e in enumerate(live):
-            adm = [str(a) for a in (e.info.get("admissible_actions") or [])]
+            adm = [fill_slots(str(a), e.goal) for a in (e.info.get("admissible_actions") or [])]
             if not adm:
                 to_generate.append(k)
                 continue

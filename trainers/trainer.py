@@ -51,7 +51,7 @@ from trainers.models import apply_lora, load_policy
 from trainers.objective import PackedBatch, pack_rows, pair_loss, response_deltas, sequence_logprobs, task_loss
 from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 
-__all__ = ["Trainer", "count_tasks", "weights_digest"]
+__all__ = ["Trainer", "list_tasks", "weights_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,11 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def count_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> int | None:
-    """How many tasks an environment offers in ``split`` (``None`` if it cannot say).
+def list_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[Any] | None:
+    """The task identifiers an environment offers in ``split`` (``None`` if it cannot say).
 
-    Asks the unwrapped environment for ``num_tasks(split)``, ``task_ids(split)`` or
-    ``len(tasks(split))``, in that order.
+    Asks the unwrapped environment for ``task_ids(split)``, ``split_range(split)`` or
+    ``num_tasks(split)`` (→ ``0..n-1``), in that order.
     """
     import gymnasium as gym  # noqa: PLC0415
 
@@ -78,14 +78,13 @@ def count_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> int | No
     env = gym.make(env_id, **env_kwargs)
     try:
         base = env.unwrapped
-        for name in ("num_tasks", "task_ids", "tasks"):
+        for name in ("task_ids", "split_range", "num_tasks"):
             fn = getattr(base, name, None)
             if callable(fn):
-                try:
-                    value = fn(split)
-                except TypeError:
-                    value = fn()
-                return int(value) if isinstance(value, (int, np.integer)) else len(value)
+                value = fn(split)
+                if isinstance(value, (int, np.integer)):
+                    return list(range(int(value)))
+                return [int(v) if isinstance(v, (int, np.integer)) else v for v in value]
         return None
     finally:
         env.close()
@@ -139,9 +138,8 @@ class Trainer:
             torch.set_num_threads(max(1, int(os.environ.get("RUBRICGYM_TORCH_THREADS", "1"))))
         set_seed(cfg.seed)
         # --- tasks ---
-        self.n_train_tasks = cfg.train_tasks or count_tasks(cfg.env_id, cfg.env_kwargs, cfg.train_split)
-        if not self.n_train_tasks:
-            raise ConfigError(f"train_tasks must be ≥ 1: {cfg.env_id} does not report how many tasks split {cfg.train_split!r} has")
+        self.train_task_ids = self._task_ids(cfg.train_split, cfg.train_tasks, "train_tasks")
+        self.val_task_ids = self._task_ids(cfg.val_split, cfg.val_tasks, "val_tasks") if cfg.val_tasks else []
         # --- model ---
         model, tok = load_policy(cfg.model, seed=cfg.seed, dtype=cfg.dtype)
         if cfg.gradient_checkpointing:
@@ -183,6 +181,16 @@ class Trainer:
                 log.info("resumed from %s (update %d)", ckpt, self.start_update)
 
     # ------------------------------------------------------------------ helpers
+    def _task_ids(self, split: str, n: int, field: str) -> list[Any]:
+        ids = list_tasks(self.cfg.env_id, self.cfg.env_kwargs, split)
+        if ids is None:
+            if n < 1:
+                raise ConfigError(f"{field} must be ≥ 1: {self.cfg.env_id} does not report the tasks of split {split!r}")
+            return list(range(n))
+        if not ids:
+            raise ConfigError(f"train_split/val_split: split {split!r} of {self.cfg.env_id} has no tasks")
+        return ids[:n] if n else ids
+
     @property
     def unwrapped(self) -> Any:
         return self.accelerator.unwrap_model(self.model)
@@ -195,9 +203,9 @@ class Trainer:
         is the update counter, which checkpoints store)."""
         cfg = self.cfg
         rng = np.random.default_rng([cfg.seed, 7, update])
-        replace = cfg.groups_per_update > self.n_train_tasks
-        idx = rng.choice(self.n_train_tasks, size=cfg.groups_per_update, replace=replace)
-        return [TaskRef(int(k), cfg.train_split, self._seed_for(1, update, g)) for g, k in enumerate(idx)]
+        n = len(self.train_task_ids)
+        idx = rng.choice(n, size=cfg.groups_per_update, replace=cfg.groups_per_update > n)
+        return [TaskRef(self.train_task_ids[int(k)], cfg.train_split, self._seed_for(1, update, g)) for g, k in enumerate(idx)]
 
     def _rollout(self, tasks: list[TaskRef], group_size: int, temperature: float, seed: int):
         torch.manual_seed(seed)
@@ -358,7 +366,7 @@ class Trainer:
     def evaluate(self, update: int) -> dict[str, float]:
         """One rollout per validation task at ``val_temperature``; gathered metrics."""
         cfg = self.cfg
-        refs = [TaskRef(k, cfg.val_split, self._seed_for(3, k)) for k in range(cfg.val_tasks)][self.rank::self.world]
+        refs = [TaskRef(t, cfg.val_split, self._seed_for(3, k)) for k, t in enumerate(self.val_task_ids)][self.rank::self.world]
         episodes = []
         t0 = time.perf_counter()
         for s in range(0, len(refs), self.pool.n):
@@ -390,7 +398,7 @@ class Trainer:
                     self._eval_and_log(done)
                 if done % cfg.save_every == 0 or done == cfg.updates or done == end:
                     self._checkpoint(done)
-                progress.advance(record.get("train/success", 0.0), self.eval_history[-1]["success"] if self.eval_history else None)
+                progress.advance(record.get("train/success", 0.0), self.eval_history[-1].get("success") if self.eval_history else None)
             summary = self._summary(time.perf_counter() - t_start)
         finally:
             progress.close()

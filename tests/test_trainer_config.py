@@ -1,0 +1,76 @@
+"""Training configuration: presets, files, overrides and validation before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainers.config import ConfigError, TrainConfig, apply_overrides, available_presets, config_help, load_config
+
+
+def test_every_field_has_help_text():
+    for f in dataclasses.fields(TrainConfig):
+        assert len(f.metadata.get("help", "")) > 10, f.name
+    assert len(config_help()) == len(dataclasses.fields(TrainConfig))
+
+
+def test_presets_load_and_follow_the_papers_recipe():
+    assert {"alfworld", "webshop", "demo"} <= set(available_presets())
+    alf = load_config("alfworld")
+    # SPEC §5: 16 × 8, T=1.0 (val 0.4), lr 1e-6, wd 0.01, ≤512 tokens, 2 history pairs, every 5
+    assert (alf.groups_per_update, alf.group_size, alf.max_steps) == (16, 8, 50)
+    assert (alf.temperature, alf.val_temperature, alf.learning_rate, alf.weight_decay) == (1.0, 0.4, 1e-6, 0.01)
+    assert (alf.max_response_tokens, alf.history_length, alf.eval_every, alf.lr_schedule) == (512, 2, 5, "constant")
+    assert alf.gradient_checkpointing and alf.action_mode == "generate"
+    assert (alf.clip_ratio, alf.dual_clip, alf.kl_coef, alf.entropy_coef, alf.pair_coef) == (0.2, 3.0, 0.01, 0.001, 0.05)
+    web = load_config("webshop")
+    assert (web.env_id, web.max_steps, web.max_prompt_tokens) == ("WebShop-Rubric-v0", 15, 5120)
+    demo = load_config("demo")
+    assert demo.action_mode == "choose" and demo.train_split == "generated" and demo.model == "smollm2"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("action_mode=shout", "action_mode must be one of 'generate', 'choose'; got 'shout'"),
+        ("group_size=0", "group_size must be an integer ≥ 1"),
+        ("estimator=nope", "estimator must be one of"),
+        ("estimator_params={bogus: 1}", "estimator_params"),
+        ("top_p=1.5", "top_p must be in (0, 1]"),
+        ("lr_schedule=step", "lr_schedule must be one of 'constant', 'linear', 'cosine'"),
+        ("learning_rate=fast", "learning_rate must be of type float"),
+        ("grop_size=3", "unknown field 'grop_size'"),
+        ("dual_clip=0.5", "dual_clip must be > 1"),
+    ],
+)
+def test_invalid_configuration_names_field_and_allowed_values(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", [override])
+    assert message in str(err.value)
+
+
+def test_overrides_parse_yaml_values_and_dict_keys():
+    cfg = load_config("demo", ["learning_rate=1e-5", "lora=true", "estimator_params={episode_norm: trajectories}",
+                               "env_kwargs.max_steps=9", "lora_target_modules=[q_proj, v_proj]"])
+    assert cfg.learning_rate == 1e-5 and cfg.lora is True
+    assert cfg.estimator_params == {"episode_norm": "trajectories"}
+    assert cfg.env_kwargs["max_steps"] == 9
+    assert cfg.lora_target_modules == ["q_proj", "v_proj"]
+    with pytest.raises(ConfigError, match="field=value"):
+        apply_overrides(TrainConfig(), ["lora"])
+
+
+def test_files_round_trip_and_can_start_from_a_preset(tmp_path):
+    toml = tmp_path / "mine.toml"
+    toml.write_text('preset = "webshop"\ngroup_size = 4\n')
+    cfg = load_config(toml)
+    assert cfg.env_id == "WebShop-Rubric-v0" and cfg.group_size == 4
+    cfg.save(tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml") == cfg
+    bad = tmp_path / "bad.toml"
+    bad.write_text("group_size = [")
+    with pytest.raises(ConfigError, match="bad.toml could not be parsed"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="neither a file nor a preset"):
+        load_config("no-such-preset")
