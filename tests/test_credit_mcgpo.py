@@ -67,7 +67,9 @@ def test_base_group_hand_computed() -> None:
     # W/T/L on the candidates' own outcomes: 0(W) vs 2(L) = W; 1(W) vs 5(L) = W; 3(W) vs 7(W) = T
     assert (stats["wins"], stats["ties"], stats["losses"]) == (2, 1, 0)
     assert stats["agreement"] == pytest.approx((2 + 0.5) / 3)
-    assert stats["candidate_pairs"] == 1 + 4 and stats["supported_pairs"] == 5 and stats["qualified_pairs"] == 5
+    # coarse keys equal the exact ones here, so each level sees the same 1 + 4 candidate pairs
+    assert stats["candidate_pairs_exact"] == stats["candidate_pairs_coarse"] == 1 + 4
+    assert stats["supported_pairs"] == 5 and stats["qualified_pairs"] == 5
     assert (stats["pairs"], stats["pairs_exact"], stats["pairs_coarse"], stats["exact_share"]) == (3, 3, 0, 1.0)
     assert (stats["n_star_1"], stats["n_star_2"]) == (2, 1)
     assert stats["mean_contrast"] == pytest.approx((0.5 + 1 + 1) / 3)
@@ -222,6 +224,19 @@ def test_time_tie_broken_by_larger_weight() -> None:
     assert summary(d0) == [((0, 2), (2, 1), 0.333333, "exact", 1.0, 1, 0)]
 
 
+def test_earliest_per_sibling_pair_comes_before_the_disjoint_allocator() -> None:
+    # Fold 0 = slots 0, 2, 4.  Key K1 at t=1: slot 0 a, slot 2 b, slot 4 a.  Key K2 at t=2:
+    # slot 2 c, slot 4 d.  Evidence (fold 1): slot 1 takes a then c (W), slot 3 b then d (L).
+    # Comparisons: (0,2)@K1 û=1 max t 1; (2,4)@K1 û=-1 max t 1; (2,4)@K2 û=1 max t 2.
+    # EarliestQualified keeps (0,2)@K1 and (2,4)@K1 (dropping (2,4)@K2); Disjoint then accepts
+    # (0,2)@K1 (lower slots first) and rejects (2,4)@K1 because row (2,1) is taken -> 1 pair.
+    group = [T(0, [S("a", "K1"), S("y", "Y")], False), T(1, [S("a", "K1"), S("c", "K2")], True),
+             T(2, [S("b", "K1"), S("c", "K2")], False), T(3, [S("b", "K1"), S("d", "K2")], False),
+             T(4, [S("a", "K1"), S("d", "K2")], False), T(5, [S("z", "Z")], False)]
+    d0 = [p for p in mcgpo_pairs(group)[0] if p.fold == 0]
+    assert summary(d0) == [((0, 1), (2, 1), 0.333333, "exact", 1.0, 1, 0)]
+
+
 def test_candidates_use_first_visit_after_t0_and_evidence_from_t0() -> None:
     # slot 0 visits key "start" at t=0 and again at t=2 (action a); slot 2 at t=1 (action b).
     # Candidate first visits (b = 1): (0, 2) and (2, 1).  Evidence (b = 0): slots 1 and 3 both
@@ -229,7 +244,7 @@ def test_candidates_use_first_visit_after_t0_and_evidence_from_t0() -> None:
     group = [T(0, [S("y", "m"), S("a", "start", sig=SIG0)], False), T(1, [S("a", "start", sig=SIG0)], True),
              T(2, [S("b", "start", sig=SIG0)], False), T(3, [S("b", "start", sig=SIG0)], False)]
     pairs, stats = mcgpo_pairs(group)
-    assert [p for p in pairs if p.fold == 0] == [] and stats["candidate_pairs"] >= 1
+    assert [p for p in pairs if p.fold == 0] == [] and stats["candidate_pairs_exact"] >= 1
     # ...while a first visit at t = 0 with action a supports the comparison (t=0 counts for evidence)
     group[1].steps[0].action_key = "a"
     group[3].steps[0].action_key = "b"

@@ -55,8 +55,10 @@ Because direction c reads outcomes of the evidence fold only, changing the outco
 fold c's trajectories leaves direction c's preferences unchanged [MCGPO A.2 Eq. 10].
 
 Diagnostics (``CreditResult.stats``, all numbers; per group — combine a batch with
-:func:`summarize_pairs`): ``missing_keys`` (0/1), ``candidate_pairs``,
-``supported_pairs``, ``qualified_pairs``, ``pairs``, ``pairs_exact``, ``pairs_coarse``,
+:func:`summarize_pairs`): ``missing_keys`` (0/1), ``candidate_pairs_exact`` and
+``candidate_pairs_coarse`` (|P_c^ℓ| summed over directions; a row pair can count at both
+levels, as in MCGPO Table 18), ``supported_pairs`` (pairs passing the support gate, each
+once), ``qualified_pairs`` (also |û| ≥ ε), ``pairs``, ``pairs_exact``, ``pairs_coarse``,
 ``exact_share``, ``n_star_<k>`` (histogram of n* over accepted pairs), ``contrast_sum``,
 ``mean_contrast`` (|û|), ``weight_sum``, ``mean_weight`` (c), ``wins``/``ties``/``losses``
 (preferred vs rejected candidate's own success) and ``agreement`` = (W + T/2)/(W + T + L)
@@ -129,13 +131,28 @@ def _where(g: int | None, i: int, t: int) -> str:
 
 
 def _freeze(value: Any, what: str) -> Hashable:
-    if isinstance(value, set):
-        value = frozenset(value)
+    """``value`` as a hashable key (a ``set`` is frozen); anything else unhashable is an error."""
     try:
         hash(value)
+        return value
     except TypeError:
+        if isinstance(value, set):
+            return _freeze(frozenset(value), what)
         raise CreditInputError(f"{what} is not hashable ({type(value).__name__}): {value!r}") from None
-    return value
+
+
+def _signature(sig: Any, g: int | None, i: int, t: int) -> tuple[Hashable, Hashable]:
+    """Validate one ``keys["signature"]`` and return it as a hashable (C, F) pair."""
+    if type(sig) is tuple and len(sig) == 2:
+        try:
+            hash(sig)
+            return sig
+        except TypeError:
+            pass
+    where = _where(g, i, t)
+    if isinstance(sig, (str, bytes)) or not isinstance(sig, Sequence) or len(sig) != 2:
+        raise CreditInputError(f"{where}: keys['signature'] must be a (C, F) pair, got {sig!r}")
+    return (_freeze(sig[0], f"{where}: signature C"), _freeze(sig[1], f"{where}: signature F"))
 
 
 def context_keys(
@@ -165,39 +182,43 @@ def context_keys(
     check_choice("keys", keys, KEY_MODES)
     need_h = keys in ("joint", "state")
     need_sig = keys in ("joint", "rubric")
-    hs: dict[str, list[Hashable]] = {lv: [] for lv in LEVELS}
+    h_ex: list[Hashable] = []
+    h_co: list[Hashable] = []
     sigs: list[tuple[Hashable, Hashable]] = []
     for i, traj in enumerate(group):
         for t, step in enumerate(traj.steps):
-            k = step.keys if isinstance(step.keys, Mapping) else {}
+            k = step.keys
+            if type(k) is not dict and not isinstance(k, Mapping):
+                return None
             if need_h:
-                for lv in LEVELS:
-                    h = k.get(lv)
-                    if h is None:
-                        return None
-                    hs[lv].append(_freeze(h, f"{_where(group_index, i, t)}: keys[{lv!r}]"))
+                he, hc = k.get("exact"), k.get("coarse")
+                if he is None or hc is None:
+                    return None
+                try:
+                    hash(he), hash(hc)
+                except TypeError:
+                    he = _freeze(he, f"{_where(group_index, i, t)}: keys['exact']")
+                    hc = _freeze(hc, f"{_where(group_index, i, t)}: keys['coarse']")
+                h_ex.append(he)
+                h_co.append(hc)
             if need_sig:
                 sig = k.get("signature")
                 if sig is None:
                     return None
-                if isinstance(sig, (str, bytes)) or not isinstance(sig, Sequence) or len(sig) != 2:
-                    raise CreditInputError(
-                        f"{_where(group_index, i, t)}: keys['signature'] must be a (C, F) pair, got {sig!r}")
-                w = _where(group_index, i, t)
-                sigs.append((_freeze(sig[0], f"{w}: signature C"), _freeze(sig[1], f"{w}: signature F")))
+                sigs.append(_signature(sig, group_index, i, t))
     if need_sig and shuffle_rubric and sigs:
         seed = [int(shuffle_seed) & 0xFFFFFFFF, zlib.crc32(repr(group[0].task_id).encode("utf-8"))]
         perm = np.random.default_rng(seed).permutation(len(sigs))
         sigs = [sigs[p] for p in perm]
     out: dict[str, list[list[Hashable]]] = {}
-    for lv in LEVELS:
+    for lv, hs in (("exact", h_ex), ("coarse", h_co)):
         flat: list[Hashable]
         if keys == "joint":
-            flat = [(h, c, f) for h, (c, f) in zip(hs[lv], sigs)]
+            flat = [(h, c, f) for h, (c, f) in zip(hs, sigs)]
         elif keys == "state":
-            flat = hs[lv]
+            flat = hs
         else:
-            flat = list(sigs)
+            flat = sigs
         per, k0 = [], 0
         for traj in group:
             per.append(flat[k0:k0 + len(traj.steps)])
@@ -206,17 +227,44 @@ def context_keys(
     return out
 
 
-def _first_visits(keys_i: Sequence[Hashable], b: int) -> dict[Hashable, int]:
+def _first_visits(keys_i: Sequence[int], b: int) -> dict[int, int]:
     """t_i(g; b) = min{t ≥ b : g_t = g} for every key g of one trajectory [Eq. 9]."""
-    first: dict[Hashable, int] = {}
-    for t in range(b, len(keys_i)):
-        first.setdefault(keys_i[t], t)
+    first: dict[int, int] = {}
+    for t in range(len(keys_i) - 1, b - 1, -1):     # backwards: the earliest visit is written last
+        first[keys_i[t]] = t
     return first
 
 
+@dataclass
+class _Prepared:
+    """Per-group lookups shared by both directions (keys interned to ints)."""
+
+    keys: dict[str, list[Hashable]]             # level -> key of each interned id
+    first_ev: dict[str, list[dict[int, int]]]   # level -> per trajectory {id: first t >= 0}
+    first_cand: dict[str, list[dict[int, int]]]  # level -> per trajectory {id: first t >= 1}
+    action: list[list[Hashable]]
+    fold: list[int]
+
+
+def _prepare(group: Sequence[Trajectory], ctx: Mapping[str, list[list[Hashable]]]) -> _Prepared:
+    keys: dict[str, list[Hashable]] = {}
+    first_ev: dict[str, list[dict[int, int]]] = {}
+    first_cand: dict[str, list[dict[int, int]]] = {}
+    for lv in LEVELS:
+        index: dict[Hashable, int] = {}
+        ev, ca = [], []
+        for per in ctx[lv]:
+            ids = [index.setdefault(g, len(index)) for g in per]
+            ev.append(_first_visits(ids, 0))
+            ca.append(_first_visits(ids, 1))
+        keys[lv] = list(index)
+        first_ev[lv], first_cand[lv] = ev, ca
+    action = [[s.action_key for s in t.steps] for t in group]
+    return _Prepared(keys, first_ev, first_cand, action, [t.slot % 2 for t in group])
+
+
 def _comparisons(
-    group: Sequence[Trajectory],
-    ctx: Mapping[str, list[list[Hashable]]],
+    prep: _Prepared,
     c: int,
     success: np.ndarray,
     *,
@@ -225,52 +273,68 @@ def _comparisons(
     kappa: float,
     q: Mapping[str, float],
     evidence: str,
-) -> tuple[int, list[Comparison]]:
-    """Supported comparisons of direction c; also returns the number of candidate row pairs."""
-    fold = [t.slot % 2 for t in group]
-    cand = [i for i in range(len(group)) if fold[i] == c]
-    evid = [i for i in range(len(group)) if fold[i] == (1 - c if evidence == "opposite" else c)]
-    action = [[s.action_key for s in t.steps] for t in group]
-    # Evidence tables per level: (g, a) -> [n, successes]
-    tables: dict[str, dict[tuple[Hashable, Hashable], list[float]]] = {}
-    for lv in LEVELS:
-        tab: dict[tuple[Hashable, Hashable], list[float]] = {}
-        for e in evid:
-            for g, t in _first_visits(ctx[lv][e], 0).items():
-                cell = tab.setdefault((g, action[e][t]), [0, 0.0])
-                cell[0] += 1
-                cell[1] += float(success[e])
-        tables[lv] = tab
-    # Candidate row pairs per level (first visits with b = 1, distinct trajectories, distinct actions)
-    pair_keys: dict[tuple[Row, Row], dict[str, Hashable]] = {}
-    for lv in LEVELS:
-        by_key: dict[Hashable, list[Row]] = {}
-        for i in cand:
-            for g, t in _first_visits(ctx[lv][i], 1).items():
-                by_key.setdefault(g, []).append((i, t))
-        for g, rows in by_key.items():
-            for r1, r2 in combinations(sorted(rows), 2):
-                if action[r1[0]][r1[1]] != action[r2[0]][r2[1]]:
-                    pair_keys.setdefault((r1, r2), {})[lv] = g
+) -> tuple[dict[str, int], list[Comparison]]:
+    """Supported comparisons of direction c, and the candidate row pairs |P_c^ℓ| per level.
+
+    Rows are grouped by (key, action), so the support gate and the label are evaluated once
+    per action pair of a key; a row pair supported at the exact level is never revisited at
+    the coarse level [Eq. 2].
+    """
+    n = len(prep.fold)
+    cand = [i for i in range(n) if prep.fold[i] == c]
+    evid = [i for i in range(n) if prep.fold[i] == (1 - c if evidence == "opposite" else c)]
+    action = prep.action
+    counts = {lv: 0 for lv in LEVELS}
+    decided: set[tuple[Row, Row]] = set()
     out: list[Comparison] = []
-    for rows in sorted(pair_keys):
-        (i, t), (j, u) = rows
-        a, b = action[i][t], action[j][u]
-        for lv in LEVELS:                                  # support gate, exact before coarse
-            if lv not in pair_keys[rows]:
+    for lv in LEVELS:
+        # Evidence E(g, a): (g, a) -> [n_a, successes] over first visits with b = 0
+        tab: dict[tuple[int, Hashable], list[float]] = {}
+        for e in evid:
+            act, y = action[e], float(success[e])
+            for g, t in prep.first_ev[lv][e].items():
+                cell = tab.get((g, act[t]))
+                if cell is None:
+                    tab[(g, act[t])] = [1, y]
+                else:
+                    cell[0] += 1
+                    cell[1] += y
+        # Candidate rows (first visits with b = 1) by key and action
+        by_key: dict[int, dict[Hashable, list[Row]]] = {}
+        for i in cand:
+            act = action[i]
+            for g, t in prep.first_cand[lv][i].items():
+                by_key.setdefault(g, {}).setdefault(act[t], []).append((i, t))
+        for g, by_act in by_key.items():
+            if len(by_act) < 2:
                 continue
-            g = pair_keys[rows][lv]
-            na = tables[lv].get((g, a), [0, 0.0])
-            nb = tables[lv].get((g, b), [0, 0.0])
-            n_star = int(min(na[0], nb[0]))
-            if n_star < min_support:
-                continue
-            u_hat = na[1] / na[0] - nb[1] / nb[0]
-            weight = abs(u_hat) * n_star / (n_star + kappa) * q[lv]
-            out.append(Comparison(rows, c, lv, g, (a, b), float(u_hat), n_star, float(weight),
-                                  bool(abs(u_hat) >= epsilon and u_hat != 0.0)))
-            break
-    return len(pair_keys), out
+            acts = list(by_act)
+            for x in range(len(acts)):
+                for y in range(x + 1, len(acts)):
+                    a, b = acts[x], acts[y]
+                    counts[lv] += len(by_act[a]) * len(by_act[b])
+                    na, nb = tab.get((g, a)), tab.get((g, b))
+                    if na is None or nb is None:
+                        continue
+                    n_star = int(min(na[0], nb[0]))
+                    if n_star < min_support:                 # support gate
+                        continue
+                    u_ab = na[1] / na[0] - nb[1] / nb[0]       # û for (a, b) [Eq. 3]
+                    weight = float(abs(u_ab) * n_star / (n_star + kappa) * q[lv])   # [Eq. 4]
+                    qualified = bool(abs(u_ab) >= epsilon and u_ab != 0.0)
+                    for ra in by_act[a]:
+                        for rb in by_act[b]:
+                            if ra[0] < rb[0]:
+                                rows, acts_ab, u_hat = (ra, rb), (a, b), u_ab
+                            else:
+                                rows, acts_ab, u_hat = (rb, ra), (b, a), -u_ab
+                            if lv == "exact":
+                                decided.add(rows)
+                            elif rows in decided:          # the exact level already decided it
+                                continue
+                            out.append(Comparison(rows, c, lv, prep.keys[lv][g], acts_ab, float(u_hat),
+                                                  n_star, weight, qualified))
+    return counts, out
 
 
 def _select(group: Sequence[Trajectory], comps: Iterable[Comparison], max_pairs: int) -> list[Comparison]:
@@ -345,7 +409,8 @@ def mcgpo_pairs(
     check_choice("keys", keys, KEY_MODES)
     n_star_hist = {"n_star_1": 0, "n_star_2": 0}
     stats: dict[str, float] = {
-        "missing_keys": 0, "candidate_pairs": 0, "supported_pairs": 0, "qualified_pairs": 0,
+        "missing_keys": 0, "candidate_pairs_exact": 0, "candidate_pairs_coarse": 0,
+        "supported_pairs": 0, "qualified_pairs": 0,
         "pairs": 0, "pairs_exact": 0, "pairs_coarse": 0, "exact_share": 0.0, **n_star_hist,
         "contrast_sum": 0.0, "mean_contrast": 0.0, "weight_sum": 0.0, "mean_weight": 0.0,
         "wins": 0, "ties": 0, "losses": 0, "agreement": 0.0,
@@ -357,11 +422,13 @@ def mcgpo_pairs(
         return [], stats
     success = np.array([t.score >= success_threshold for t in group], dtype=bool)
     q = {"exact": float(q_exact), "coarse": float(q_coarse)}
+    prep = _prepare(group, ctx)
     prefs: list[Preference] = []
     for c in (0, 1):
-        n_cand, comps = _comparisons(group, ctx, c, success, min_support=min_support, epsilon=epsilon,
+        n_cand, comps = _comparisons(prep, c, success, min_support=min_support, epsilon=epsilon,
                                      kappa=kappa, q=q, evidence=evidence)
-        stats["candidate_pairs"] += n_cand
+        stats["candidate_pairs_exact"] += n_cand["exact"]
+        stats["candidate_pairs_coarse"] += n_cand["coarse"]
         stats["supported_pairs"] += len(comps)
         stats["qualified_pairs"] += sum(cmp.qualified for cmp in comps)
         accepted = _select(group, comps, max_pairs)
