@@ -1,0 +1,143 @@
+"""Arena runner: configuration, methods, micro-batching, key layout, and real WebShop runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainers.arena.runner import (
+    ArenaConfig,
+    _minibatches,
+    expand_actions,
+    matching_keys,
+    run_arena,
+    run_one,
+    search_queries,
+)
+from trainers.arena.variants import VARIANTS, available_methods, resolve_method
+
+
+def test_config_validation_names_the_field() -> None:
+    with pytest.raises(ValueError, match="unknown arena env 'nope'"):
+        ArenaConfig(env="nope")
+    with pytest.raises(ValueError, match="group_size"):
+        ArenaConfig(group_size=1)
+    with pytest.raises(ValueError, match="tasks_per_update"):
+        ArenaConfig(tasks_per_update=9, train_tasks=4)
+    with pytest.raises(ValueError, match="lr"):
+        ArenaConfig(lr=0.0)
+    with pytest.raises(ValueError, match="unknown ArenaConfig field"):
+        ArenaConfig.from_dict({"updatez": 3})
+    cfg = ArenaConfig.for_env("webshop", updates=3)
+    assert ArenaConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_methods_and_variants_resolve_to_estimator_parameters() -> None:
+    m = resolve_method("mcgpo:same_fold+uniform_weights", "webshop")
+    assert (m.estimator, m.params["evidence"], m.params["weighting"], m.params["gamma"]) == ("mcgpo", "same", "uniform", 0.2)
+    assert resolve_method("mcgpo:no_pair_loss", "alfworld").objective == {"pair_coef": 0.0}
+    assert resolve_method("milegpo:no_pcc_rcs", "alfworld").params == {"preset": "alfworld", "pcc": False, "rcs": False}
+    assert resolve_method("scpo", "webshop").params["success_threshold"] == 9.0
+    assert resolve_method("scpo", "alfworld").params["scorer"] == "lexical"
+    with pytest.raises(ValueError, match="unknown estimator 'ppo'"):
+        resolve_method("ppo", "alfworld")
+    with pytest.raises(ValueError, match="variants: mcgpo:same_fold"):
+        resolve_method("mcgpo:nope", "alfworld")
+    # every MCGPO and MileGPO ablation is accepted by the installed estimators
+    for name in [m for m in available_methods() if m.split(":")[0] in ("mcgpo", "milegpo")]:
+        resolve_method(name, "alfworld").build()
+    assert set(VARIANTS["mcgpo"]) == {"same_fold", "uniform_weights", "state_only", "rubric_only",
+                                      "shuffled_rubric", "no_pair_loss"}
+
+
+def test_minibatches_keep_pairs_together_and_cover_every_row_once() -> None:
+    pairs = [(0, 5, 0.5), (7, 2, 1.0), (3, 9, 0.2)]
+    batches = _minibatches(12, pairs, 4, np.random.default_rng(0))
+    seen = [r for rows, _ in batches for r in rows]
+    assert sorted(seen) == list(range(12))
+    found = 0
+    for rows, bpairs in batches:
+        assert len(rows) <= 4
+        for p, q, w in bpairs:
+            found += 1
+            assert (rows[p], rows[q], w) in pairs
+    assert found == 3
+
+
+def test_search_queries_and_action_expansion() -> None:
+    goal = "i need a gluten free trail mix that is dried fruit, and price lower than 40.00 dollars"
+    assert search_queries(goal) == [
+        "a gluten free trail mix that is dried fruit",
+        "gluten free trail mix that is",
+        "gluten free trail",
+    ]
+    assert expand_actions(["search[<your query>]", "click[buy now]"], goal)[-1] == "click[buy now]"
+    assert len(expand_actions(["search[<your query>]"], goal)) == 3
+
+
+def test_matching_keys_split_the_signature_out_of_state_summaries() -> None:
+    c, f = frozenset({"search_issued"}), frozenset({"product_opened"})
+    info = {"keys": {"exact": ("results", "q", c, f), "coarse": ("results", True, c, f)}}
+    keys = matching_keys(info)
+    assert keys == {"exact": ("results", "q"), "coarse": ("results", True), "signature": (c, f)}
+    already = {"keys": {"exact": "e", "coarse": "c", "signature": ((), ())}}
+    assert matching_keys(already) == already["keys"]
+
+
+# ------------------------------------------------------------------ real WebShop runs
+
+TINY = dict(updates=3, tasks_per_update=2, group_size=4, train_tasks=6, val_tasks=4, eval_every=2,
+            epochs=1, minibatch=16)
+
+
+def _records(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        rec.pop("time", None)
+        rec.pop("seconds", None)
+        out.append(rec)
+    return out
+
+
+@pytest.mark.slow
+def test_same_inputs_give_the_same_numbers(tmp_path: Path) -> None:
+    cfg = ArenaConfig.for_env("webshop", **TINY)
+    run_one(cfg, "mcgpo", 3, tmp_path / "a")
+    run_one(cfg, "mcgpo", 3, tmp_path / "b")
+    a = _records(tmp_path / "a" / "runs" / "mcgpo__seed3" / "metrics.jsonl")
+    b = _records(tmp_path / "b" / "runs" / "mcgpo__seed3" / "metrics.jsonl")
+    assert a == b
+    kinds = [r["kind"] for r in a]
+    # config, eval@0, train 1, train 2, eval@2, train 3, eval@3, end
+    assert kinds == ["config", "eval", "train", "train", "eval", "train", "eval", "end"]
+    run_one(cfg, "mcgpo", 4, tmp_path / "c")
+    c = _records(tmp_path / "c" / "runs" / "mcgpo__seed4" / "metrics.jsonl")
+    assert [r.get("tasks") for r in c] != [r.get("tasks") for r in a]  # another seed, other draws
+
+
+@pytest.mark.slow
+def test_arena_report_table_agrees_with_its_run_files(tmp_path: Path) -> None:
+    cfg = ArenaConfig.for_env("webshop", **TINY)
+    summary = run_arena(cfg, ["grpo", "mcgpo:no_pair_loss"], [0, 1], tmp_path, workers=1)
+    md = (tmp_path / "results.md").read_text()
+    for method in ("grpo", "mcgpo:no_pair_loss"):
+        l5s = []
+        for seed in (0, 1):
+            recs = _records(tmp_path / "runs" / f"{method}__seed{seed}" / "metrics.jsonl")
+            ev = [r["success"] for r in recs if r["kind"] == "eval"]
+            assert len(ev) == 3  # updates 0, 2, 3
+            l5s.append(np.mean(ev[-5:]))
+        row = next(line for line in md.splitlines() if line.startswith(f"| {method} |"))
+        cell = row.split("|")[2].strip()
+        assert cell == f"{100 * np.mean(l5s):.1f} ± {100 * np.std(l5s, ddof=1):.1f}"
+        assert summary["methods"][method]["L5"]["per_seed"] == pytest.approx(l5s)
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    # the no-pair-loss variant still builds preferences but never trains on them
+    recs = _records(tmp_path / "runs" / "mcgpo:no_pair_loss__seed0" / "metrics.jsonl")
+    assert all(r["loss"]["pair_loss"] >= 0 for r in recs if r["kind"] == "train")
+    config = next(r for r in recs if r["kind"] == "config")
+    assert config["objective"]["pair_coef"] == 0.0
