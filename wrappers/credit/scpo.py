@@ -46,6 +46,8 @@ r^SCPO, the matrices and the credited cells are in :meth:`SCPO.traces`.
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 import zlib
 from collections.abc import Hashable, Sequence
@@ -147,20 +149,27 @@ def monotonic_match(M: np.ndarray, M_self: np.ndarray, theta: float, soft_base: 
     M = np.asarray(M, dtype=np.float64)
     M_self = np.asarray(M_self, dtype=np.float64)
     pi = _check_matcher_args(M, M_self, theta, soft_base, order)
+    return _run_matcher(M, failure_table(M_self, theta) - 1, theta, soft_base, pi)
+
+
+def _run_matcher(M: np.ndarray, nxt: np.ndarray, theta: float, soft_base: float,
+                 pi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Algorithm 2 proper, given the backtrack table next(j) = fail[j] − 1 (inputs checked)."""
     m, ell = M.shape
     credit = np.zeros(ell, dtype=np.float64)
     position = np.full(ell, -1, dtype=np.intp)
     if m == 0:
         return credit, position
-    nxt = failure_table(M_self, theta) - 1           # next(j) = fail[j] − 1
+    rows = M.tolist()                                 # plain floats: faster scalar access
+    back = nxt.tolist()
     j, j_max = -1, -1
-    for v in pi:                                      # Alg. 2, lines 5–20
-        while j >= 0 and M[j + 1, v] < theta:
-            j = int(nxt[j])
-        if M[j + 1, v] >= theta:
+    for v in pi.tolist():                             # Alg. 2, lines 5–20
+        while j >= 0 and rows[j + 1][v] < theta:
+            j = back[j]
+        if rows[j + 1][v] >= theta:
             j += 1
             if j > j_max:                             # new progress: credit and advance frontier
-                credit[v] = max(0.0, (M[j, v] - soft_base) / (1.0 - soft_base))
+                credit[v] = max(0.0, (rows[j][v] - soft_base) / (1.0 - soft_base))
                 position[v] = j
                 j_max = j
         if j == m - 1:
@@ -208,8 +217,8 @@ def kept_steps(traj: Trajectory, noop_feedback: frozenset[str] = NOOP_FEEDBACK) 
 
 
 def _row_length(step: Step) -> float:
-    n = step.extra.get("num_tokens") if isinstance(step.extra, dict) else None
-    if isinstance(n, (int, float)) and not isinstance(n, bool) and np.isfinite(n):
+    n = step.extra.get("num_tokens") if step.extra else None
+    if n is not None and type(n) is not bool and isinstance(n, (int, float)) and math.isfinite(n):
         return float(n)
     return float(len(step.observation) + len(step.action))
 
@@ -241,18 +250,22 @@ def length_balanced_order(lengths: Sequence[float] | np.ndarray, partitions: int
     n, k = x.size, int(partitions)
     if k == 1 or n <= 1:
         return np.arange(n, dtype=np.intp)
-    cap = np.full(k, n // k, dtype=np.intp)
-    cap[: n % k] += 1
-    load = np.zeros(k)
-    count = np.zeros(k, dtype=np.intp)
+    cap = [n // k + (1 if p < n % k else 0) for p in range(k)]
+    count = [0] * k
+    heap = [(0.0, p) for p in range(k)]          # (load, part): least loaded, then lowest index
     part = np.empty(n, dtype=np.intp)
-    for r in sorted(range(n), key=lambda r: (-x[r], r)):
-        open_parts = np.flatnonzero(count < cap)
-        p = int(open_parts[np.argmin(load[open_parts])])
+    for r in np.lexsort((np.arange(n), -x)).tolist():   # longest first, ties by index
+        load, p = heapq.heappop(heap)
         part[r] = p
-        load[p] += x[r]
         count[p] += 1
+        if count[p] < cap[p]:                    # a full part leaves the heap
+            heapq.heappush(heap, (load + float(x[r]), p))
     return np.lexsort((np.arange(n), part)).astype(np.intp)
+
+
+def _check_scores(M: np.ndarray, g: int) -> None:
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"group {g}: the SCPO scorer returned non-finite similarities")
 
 
 def _stable_seed(value: Hashable) -> int:
@@ -447,12 +460,15 @@ class SCPO(Estimator):
             ref, ref_steps, items = plan
             M_self = mats[k]
             k += 1
+            _check_scores(M_self, g)
+            nxt = failure_table(M_self, self.theta) - 1      # once per reference
             traces = []
             for w, ws in items:
                 M = mats[k]
                 k += 1
+                _check_scores(M, g)
                 pi = self._order(group[w], ws, batch_pos[g][w] if batch_pos is not None else None)
-                credit, position = monotonic_match(M, M_self, self.theta, self.soft_base, pi)
+                credit, position = _run_matcher(M, nxt, self.theta, self.soft_base, pi)
                 traces.append(MatchTrace(ref, w, ref_steps, ws, M, M_self, pi, credit, position))
             out.append(traces)
         return out, seconds
