@@ -1,0 +1,168 @@
+"""End-to-end trainer runs with the tiny random model on the real environments.
+
+One full update (rollouts → credit → objective → checkpoint) in both action modes; exact
+resume after an interrupted run; a 2-process DDP run with identical weights afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+torch.set_num_threads(1)
+
+from agent_envs.trajectory import load_jsonl  # noqa: E402
+from trainers.checkpoint import MARKER, latest_checkpoint  # noqa: E402
+from trainers.config import load_config  # noqa: E402
+from trainers.metrics import read_metrics  # noqa: E402
+from trainers.trainer import Trainer  # noqa: E402
+
+WEBSHOP = [
+    "env_id=WebShop-Rubric-v0",
+    "env_kwargs={catalogue: generated, num_products: 120, tagger: lexicon}",
+    "train_split=train", "val_split=eval", "max_steps=4",
+]
+
+
+def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
+    return [
+        "model=tiny-llama", "groups_per_update=2", "group_size=2", "val_tasks=2", "updates=1",
+        "eval_every=1", "save_every=1", f"output_dir={tmp_path}", f"run_name={name}",
+        "learning_rate=1e-3", "progress=false", "tensorboard=false", "max_response_tokens=12",
+        "micro_batch_rows=4", *WEBSHOP, *extra,
+    ]
+
+
+def _check_run(run: Path, cfg) -> list:
+    trajs = load_jsonl(run / "rollouts" / "update_00001.jsonl")
+    assert len(trajs) == cfg.groups_per_update * cfg.group_size
+    assert sorted({t.slot for t in trajs}) == list(range(cfg.group_size))
+    records = read_metrics(run)
+    train = [r for r in records if r["phase"] == "train"]
+    evals = [r for r in records if r["phase"] == "eval"]
+    assert len(train) == 1 and [e["update"] for e in evals] == [0, 1]
+    steps = sum(len(t.steps) for t in trajs)
+    assert train[0]["opt/rows"] == steps  # every decision is one training row
+    assert train[0]["train/episodes"] == len(trajs)
+    ckpt = latest_checkpoint(run / "checkpoints")
+    assert ckpt is not None and (ckpt / MARKER).is_file()
+    assert (run / "summary.txt").is_file() and (run / "curves.png").is_file()
+    return trajs
+
+
+@pytest.mark.slow
+def test_one_update_choose_mode_webshop(tmp_path):
+    cfg = load_config("demo", _overrides(tmp_path, "choose", ["action_mode=choose", "estimator=mcgpo"]))
+    summary = Trainer(cfg).train()
+    trajs = _check_run(Path(summary["run_dir"]), cfg)
+    # choose mode only ever plays admissible actions
+    assert all(s.valid for t in trajs for s in t.steps)
+    assert all(s.extra["response"].startswith("<action>") for t in trajs for s in t.steps)
+    train = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train"][0]
+    assert train["opt/pairs_colocated"] == train["opt/pairs"]
+
+
+@pytest.mark.slow
+def test_one_update_generate_mode_webshop_with_lora(tmp_path):
+    cfg = load_config("demo", _overrides(tmp_path, "gen", ["action_mode=generate", "prompt_style=think",
+                                                          "lora=true", "lora_r=4", "kl_coef=0.01",
+                                                          "estimator=grpo", "env_workers=2"]))
+    trainer = Trainer(cfg)
+    before = {k: v.clone() for k, v in trainer.unwrapped.named_parameters() if "lora_B" in k}
+    summary = trainer.train()
+    trajs = _check_run(Path(summary["run_dir"]), cfg)
+    # a random tiny model writes no <action> block: those steps are invalid, with the penalty
+    for t in trajs:
+        for s in t.steps:
+            if "<action>" not in s.extra["response"].lower():
+                assert not s.valid and s.penalty == pytest.approx(-0.1)
+    after = dict(trainer.unwrapped.named_parameters())
+    assert any(not torch.equal(before[k], after[k]) for k in before)  # the adapters trained
+    assert (Path(summary["run_dir"]) / "policy" / "adapter_config.json").is_file()
+
+
+def test_lora_reference_is_the_base_model_with_adapters_disabled():
+    from trainers.models import apply_lora, load_policy
+    from trainers.objective import pack_rows, sequence_logprobs
+
+    base, tok = load_policy("tiny-llama", seed=5)
+    batch = pack_rows([[5, 6, 7]], [[8, 9, 10]], tok.pad_token_id)
+    with torch.no_grad():
+        ref, _ = sequence_logprobs(base, batch)
+    model = apply_lora(base, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.5)  # make the adapters change the policy
+        pol, _ = sequence_logprobs(model, batch)
+        with model.disable_adapter():
+            off, _ = sequence_logprobs(model, batch)
+    assert not torch.allclose(pol, ref)
+    torch.testing.assert_close(off, ref)
+
+
+@pytest.mark.slow
+def test_resume_reproduces_the_uninterrupted_next_update(tmp_path):
+    extra = ["action_mode=generate", "prompt_style=action_only", "estimator=grpo", "updates=2",
+             "kl_coef=0.01", "mini_batches=2"]
+    full = Trainer(load_config("demo", _overrides(tmp_path, "full", extra))).train()
+    Trainer(load_config("demo", _overrides(tmp_path, "cut", extra)), stop_after=1).train()
+    cut = tmp_path / "cut"
+    # simulate a crash while writing the next checkpoint: a temp folder and a folder
+    # without the completion marker must both be ignored
+    (cut / "checkpoints" / ".tmp-update_000002").mkdir()
+    half = cut / "checkpoints" / "update_000002"
+    half.mkdir()
+    (half / "trainer_state.json").write_text(json.dumps({"update": 2}))
+    assert latest_checkpoint(cut / "checkpoints").name == "update_000001"
+    resumed = Trainer(load_config(cut / "config.yaml"), cut, resume=True).train()
+    assert resumed["resumed_from"].endswith("update_000001")
+    assert resumed["weights_digest"] == full["weights_digest"]
+    a = (tmp_path / "full" / "rollouts" / "update_00002.jsonl").read_text()
+    b = (cut / "rollouts" / "update_00002.jsonl").read_text()
+    assert a == b
+    with pytest.raises(FileExistsError, match="--resume"):
+        Trainer(load_config(cut / "config.yaml"), cut)
+
+
+DDP_SCRIPT = """
+import json, sys
+from trainers.config import load_config
+from trainers.trainer import Trainer
+if __name__ == "__main__":
+    cfg = load_config("demo", json.loads(sys.argv[1]))
+    t = Trainer(cfg)
+    s = t.train()
+    open(sys.argv[2] + f"/digest{t.rank}.json", "w").write(json.dumps(
+        {"digest": s["weights_digest"], "identical": s["weights_identical_across_processes"],
+         "world": t.world, "groups": t.groups_here}))
+"""
+
+
+@pytest.mark.slow
+def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
+    script = tmp_path / "ddp_run.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    ov = _overrides(tmp_path, "ddp", ["groups_per_update=3", "action_mode=choose", "estimator=grpo", "micro_batch_rows=3"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # accelerate 1.x: `--cpu` alone runs one process unless an MPI hostfile is given;
+    # `--multi_gpu` on a machine without CUDA starts torchrun workers that use gloo on CPU.
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", "29517", str(script), json.dumps(ov), str(tmp_path)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d0 = json.loads((tmp_path / "digest0.json").read_text())
+    d1 = json.loads((tmp_path / "digest1.json").read_text())
+    assert d0["world"] == d1["world"] == 2
+    assert (d0["groups"], d1["groups"]) == (2, 1)  # whole task groups per process
+    assert d0["digest"] == d1["digest"] and d0["identical"] and d1["identical"]
+    assert sorted(p.name for p in (tmp_path / "ddp" / "rollouts").iterdir()) == [
+        "update_00001.rank0.jsonl", "update_00001.rank1.jsonl"]
