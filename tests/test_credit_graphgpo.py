@@ -221,3 +221,22 @@ def test_plot_graph_draws_states_edges_and_milestones(tmp_path) -> None:
     path = tmp_path / "graph.png"
     ax.figure.savefig(path)
     assert path.stat().st_size > 1000
+
+
+def test_explicit_next_state_in_the_middle_and_batch_graph() -> None:
+    # τ0's first step names its next state "s9" although the next step starts from "s1"
+    # (e.g. a canonicaliser that differs pre/post action); the edge goes to s9, not s1.
+    t0 = Trajectory("T", 0, [Step("s0", "a", next_state_key="s9"), Step("s1", "b", reward=10.0)], success=True)
+    t1 = Trajectory("T", 1, [Step("s9", "c"), Step("s1", "d")])
+    g = TransitionGraph([t0, t1])
+    assert [g.keys[v] for v in g.dst] == ["s9", SUCCESS, "s1", Terminal(1)]
+    # s1 -> SUCCESS (1), s9 -> s1 (2), s0 -> s9 (3)
+    d = g.success_distances()
+    assert [d[g.index[k]] for k in ("s0", "s9", "s1")] == [3, 2, 1]
+    # the same two groups in one batch graph: disjoint components with their own distances
+    other = [Trajectory("U", 0, [Step("s1", "x", reward=10.0)], success=True)]
+    b = TransitionGraph.from_groups([[t0, t1], other])
+    assert b.n_groups == 2 and b.indices[1]["s1"] != b.indices[0]["s1"]
+    db = b.success_distances()
+    assert db[b.indices[1]["s1"]] == 1 and db[b.indices[0]["s0"]] == 3
+    assert b.success_nodes.tolist() == [b.indices[0][SUCCESS], b.indices[1][SUCCESS]]

@@ -191,7 +191,7 @@ class RowTable:
     def __init__(self, groups: Sequence[Sequence[Trajectory]]) -> None:
         self._init_rows(groups)
 
-    def _init_rows(self, groups: Sequence[Sequence[Trajectory]]) -> None:
+    def _init_rows(self, groups: Sequence[Sequence[Trajectory]], values: bool = True) -> None:
         sizes = [len(g) for g in groups]
         self.n_groups = len(groups)
         self.group_traj = np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp)
@@ -203,8 +203,9 @@ class RowTable:
         self.traj = np.repeat(np.arange(self.n_traj, dtype=np.intp), lengths)
         self.group = self.traj_group[self.traj]
         self.success = np.array([bool(t.success) for t in trajs], dtype=bool)
-        self.reward = np.array([s.reward for t in trajs for s in t.steps], dtype=np.float64)
-        self.penalty = np.array([s.penalty for t in trajs for s in t.steps], dtype=np.float64)
+        if values:  # (TransitionGraph reads them in its single pass over the steps)
+            self.reward = np.array([s.reward for t in trajs for s in t.steps], dtype=np.float64)
+            self.penalty = np.array([s.penalty for t in trajs for s in t.steps], dtype=np.float64)
 
     @property
     def n_rows(self) -> int:
@@ -261,7 +262,8 @@ class TransitionGraph(RowTable):
 
     Attributes (besides :class:`RowTable`'s):
         keys: Node index → state key (including :data:`SUCCESS` and :class:`Terminal` nodes).
-        indices: Per group, state key → node index; :attr:`index` is group 0's.
+        indices: Per group, state key → node index (built on first use); :attr:`index` is
+            group 0's.
         node_group: Group of every node.
         success_nodes: Per group the index of its :data:`SUCCESS` node, or -1 without success;
             :attr:`success_node` is group 0's.
@@ -282,32 +284,34 @@ class TransitionGraph(RowTable):
         return self
 
     def _build(self, groups: Sequence[Sequence[Trajectory]]) -> None:
-        self._init_rows(groups)
+        self._init_rows(groups, values=False)
         keys: list[Hashable] = []
-        indices: list[dict[Hashable, int]] = []
-        node_group: list[int] = []
+        local: list[dict[Hashable, int]] = []
+        node_offsets: list[int] = []
         success_nodes: list[int] = []
         actions: dict[Hashable, int] = {}
         act_id = actions.setdefault
-        src: list[int] = []
+        src: list[int] = []  # group-local node ids; offset per group below
         dst: list[int] = []
         act: list[int] = []
-        for gi, group in enumerate(groups):
+        reward: list[float] = []
+        penalty: list[float] = []
+        for group in groups:
             index: dict[Hashable, int] = {}
             node = index.setdefault  # node(key, len(index)) -> local id, in order of appearance
-            off = len(keys)  # nodes of the earlier groups
             for i, traj in enumerate(group):
                 steps = traj.steps
                 n = len(steps)
                 if n == 0:
                     continue
                 s_ids = [node(s.state_key, len(index)) for s in steps]
+                nxt_keys = [s.next_state_key for s in steps]
                 d_ids = s_ids[1:]
                 d_ids.append(-1)
-                nxt_keys = [s.next_state_key for s in steps]
-                for t in range(n - 1):
-                    if nxt_keys[t] is not None:
-                        d_ids[t] = node(nxt_keys[t], len(index))
+                if nxt_keys.count(None) - (nxt_keys[-1] is None) < n - 1:  # an explicit next state before the end
+                    for t in range(n - 1):
+                        if nxt_keys[t] is not None:
+                            d_ids[t] = node(nxt_keys[t], len(index))
                 if traj.success:
                     last: Hashable = SUCCESS
                 elif nxt_keys[-1] is not None:
@@ -315,21 +319,29 @@ class TransitionGraph(RowTable):
                 else:
                     last = Terminal(i)
                 d_ids[-1] = node(last, len(index))
-                src.extend([off + v for v in s_ids] if off else s_ids)
-                dst.extend([off + v for v in d_ids] if off else d_ids)
+                src.extend(s_ids)
+                dst.extend(d_ids)
                 act.extend([act_id(s.action_key, len(actions)) for s in steps])
-            indices.append({k: v + off for k, v in index.items()} if off else index)
+                reward.extend([s.reward for s in steps])
+                penalty.extend([s.penalty for s in steps])
+            node_offsets.append(len(keys))
+            local.append(index)
             keys.extend(index)
-            node_group.extend([gi] * len(index))
-            success_nodes.append(index[SUCCESS] + off if SUCCESS in index else -1)
+            success_nodes.append(index[SUCCESS] + node_offsets[-1] if SUCCESS in index else -1)
+        self._local = local
+        self._node_offsets = node_offsets
+        self._indices: list[dict[Hashable, int]] | None = None
+        counts = [len(ix) for ix in local]
+        self.node_group = np.repeat(np.arange(self.n_groups, dtype=np.intp), counts)
+        row_off = np.array(node_offsets, dtype=np.intp)[self.group] if self.n_groups else np.zeros(0, np.intp)
+        self.reward = np.array(reward, dtype=np.float64)
+        self.penalty = np.array(penalty, dtype=np.float64)
         self.keys = keys
-        self.indices = indices
-        self.node_group = np.array(node_group, dtype=np.intp)
         self.success_nodes = np.array(success_nodes, dtype=np.intp)
         self.actions = list(actions)
         self.n_nodes = len(keys)
-        self.src = np.array(src, dtype=np.intp)
-        self.dst = np.array(dst, dtype=np.intp)
+        self.src = np.array(src, dtype=np.intp) + row_off
+        self.dst = np.array(dst, dtype=np.intp) + row_off
         self.action = np.array(act, dtype=np.intp)
         # Distinct (u, v) adjacency; multi-edges with different actions collapse here,
         # which is all unit-cost distances need.
@@ -348,6 +360,14 @@ class TransitionGraph(RowTable):
         self._d_success: np.ndarray | None = None
 
     # -- basic views -------------------------------------------------------------------
+    @property
+    def indices(self) -> list[dict[Hashable, int]]:
+        """Per group, state key → (batch) node index."""
+        if self._indices is None:
+            self._indices = [{k: v + off for k, v in ix.items()} if off else ix
+                             for ix, off in zip(self._local, self._node_offsets)]
+        return self._indices
+
     @property
     def index(self) -> dict[Hashable, int]:
         """State key → node index of the first (for a single-group graph: the) group."""
