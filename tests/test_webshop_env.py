@@ -140,6 +140,24 @@ def test_partial_purchase_score_equals_prior_readiness(mini):
     assert info["rubric"][K] == pytest.approx(0.6) and not info["rubric"][S] and not info["won"]
 
 
+def test_scorer_error_is_a_diagnostic_channel(mini):
+    class Boom:
+        name = "boom"
+
+        def nouns(self, text):
+            raise RuntimeError("tagger exploded")
+
+    mini.session.tagger = Boom()
+    mini.step("search[running shoes]")
+    *_, info = mini.step("click[b000000001]")
+    st_ = info["rubric"]
+    assert st_["scorer_error"] is True
+    assert (st_[T], st_[A], st_[U], st_[P], st_[R]) == (0.0, 0.0, 0.0, False, 0.0)  # left at zero
+    assert info["signature"] == ("QO", "TAUP")  # diagnostics never enter C
+    obs, r, term, trunc, info = mini.step("click[buy now]")
+    assert term and info["score"] == 0.0 and r == 0.0 and info["rubric"][B]
+
+
 def test_invalid_actions_are_penalised_and_change_nothing(mini):
     obs0 = mini.page.text
     for bad in ["click[buy now]", "search[]", "jump", "click[search]", "", "search[x" * 1000]:

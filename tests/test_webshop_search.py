@@ -14,6 +14,7 @@ def test_analysis_lowercases_drops_stop_words_and_stems():
     assert len(LUCENE_STOP_WORDS) == 33
     assert tokenize("The Running Shoes for MEN, in 2 sizes!") == ["run", "shoe", "men", "2", "size"]
     assert tokenize("the and of") == []
+    assert tokenize("s") == []  # Porter stems 's' to '', which is dropped
 
 
 def test_bm25_lucene_scores_by_hand():
@@ -29,7 +30,7 @@ def test_bm25_lucene_scores_by_hand():
     assert scores == pytest.approx([s0, s1, 0.0], rel=1e-5)
     # only documents with a positive score are hits (Lucene returns no non-matching docs)
     assert idx.search("shoes") == [0, 1]
-    assert idx.search("unknownword") == [] and idx.search("the") == []
+    assert idx.search("unknownword") == [] and idx.search("the") == [] and idx.search("S") == []
 
 
 def test_ties_keep_catalogue_order_and_top_k():

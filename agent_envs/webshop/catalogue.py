@@ -33,7 +33,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,7 @@ def normalize_option_value(value: str) -> str:
     return str(value).strip().replace("/", " | ").lower()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Product:
     """One product as the engine uses it.
 
@@ -253,7 +253,7 @@ def verify_files(paths: Sequence[Path], strict: bool = True) -> dict[str, str]:
         if want is None:
             if strict:
                 raise CatalogueError(f"{path}: no published sha256 for {path.name!r}; known files: "
-                                     f"{', '.join(PUBLISHED_SHA256)} (pass verify=False to trust it)")
+                                     f"{', '.join(PUBLISHED_SHA256)} (use --no-verify or verify=False to trust it)")
             logger.warning("%s has no published sha256; using it unverified", path)
         elif digest != want:
             raise CatalogueError(f"{path}: sha256 {digest} does not match the published {want} "

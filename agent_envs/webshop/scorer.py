@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -113,12 +114,15 @@ class SpacyNounTagger:
         meta = self._nlp.meta
         self.name = f"spacy-{spacy.__version__}:{meta.get('lang', 'en')}_{meta.get('name', cand)}-{meta.get('version', '?')}"
         self._cache: dict[str, list[str]] = {}
+        self._lock = threading.Lock()  # one pipeline shared by server threads
 
     def nouns(self, text: str) -> list[str]:
         """Nouns (NOUN, PROPN) of ``text``, lower-cased; cached per text."""
         hit = self._cache.get(text)
         if hit is None:
-            hit = [t.text.lower() for t in self._nlp(text) if t.pos_ in ("NOUN", "PROPN")]
+            with self._lock:
+                doc = self._nlp(text)
+            hit = [t.text.lower() for t in doc if t.pos_ in ("NOUN", "PROPN")]
             if len(self._cache) < 500_000:
                 self._cache[text] = hit
         return list(hit)

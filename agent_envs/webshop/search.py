@@ -41,7 +41,8 @@ def _stemmer():  # noqa: ANN202 - PyStemmer object
 def tokenize(text: str) -> list[str]:
     """Lower-case, split on ``(?u)\\b\\w+\\b``, drop Lucene stop words, Porter-stem."""
     words = [w for w in _TOKEN_RE.findall(text.lower()) if w not in LUCENE_STOP_WORDS]
-    return _stemmer().stemWords(words) if words else []
+    # the Porter stemmer maps a few one-letter words ("s") to "": drop those
+    return [t for t in _stemmer().stemWords(words) if t] if words else []
 
 
 class SearchIndex:
@@ -66,7 +67,8 @@ class SearchIndex:
         """Positions of the top ``top_k`` documents with a positive score, best first."""
         if not self.size:
             return []
-        tokens = tokenize(query)
+        vocab = self._retriever.vocab_dict
+        tokens = [t for t in tokenize(query) if t in vocab]
         if not tokens:
             return []
         scores = np.asarray(self._retriever.get_scores(tokens), dtype=np.float64)
