@@ -18,13 +18,17 @@ from wrappers.credit import CreditInputError, get_estimator
 from wrappers.credit.graphgpo import graphgpo_credit
 from wrappers.credit.mcgpo import MCGPO, context_keys, mcgpo_pairs, summarize_pairs
 
-SIG0 = (frozenset(), frozenset({"A"}))              # opening signature: nothing active, A on the frontier
+SIG0 = (frozenset(), frozenset({"A"}))  # opening signature: nothing active, A on the frontier
 SIG1 = (frozenset({"A"}), frozenset({"H"}))
 SIG2 = (frozenset({"A", "H"}), frozenset({"L"}))
 
 
 def S(a: str, h: str, hc: str | None = None, sig: tuple = SIG1) -> Step:
-    return Step(state_key=h, action=a, keys={"exact": h, "coarse": h if hc is None else hc, "signature": sig})
+    return Step(
+        state_key=h,
+        action=a,
+        keys={"exact": h, "coarse": h if hc is None else hc, "signature": sig},
+    )
 
 
 def T(slot: int, steps: list[Step], win: bool) -> Trajectory:
@@ -40,14 +44,32 @@ def base_group() -> list[Trajectory]:
     slot: action at t=1 (outcome)   0: k/a (W)  1: k/a (W)  2: k/b (L)  3: k/a (W)
                                     4: z/c (L)  5: k/b (L)  6: z/c (L)  7: k/b (W)
     """
-    spec = {0: ("a", "k", True), 1: ("a", "k", True), 2: ("b", "k", False), 3: ("a", "k", True),
-            4: ("c", "z", False), 5: ("b", "k", False), 6: ("c", "z", False), 7: ("b", "k", True)}
+    spec = {
+        0: ("a", "k", True),
+        1: ("a", "k", True),
+        2: ("b", "k", False),
+        3: ("a", "k", True),
+        4: ("c", "z", False),
+        5: ("b", "k", False),
+        6: ("c", "z", False),
+        7: ("b", "k", True),
+    }
     return [T(s, [S(a, h)], win) for s, (a, h, win) in spec.items()]
 
 
 def summary(pairs):
-    return [(p.preferred, p.rejected, round(p.weight, 6), p.level, round(p.contrast, 6), p.support, p.fold)
-            for p in pairs]
+    return [
+        (
+            p.preferred,
+            p.rejected,
+            round(p.weight, 6),
+            p.level,
+            round(p.contrast, 6),
+            p.support,
+            p.fold,
+        )
+        for p in pairs
+    ]
 
 
 def test_base_group_hand_computed() -> None:
@@ -70,7 +92,12 @@ def test_base_group_hand_computed() -> None:
     # coarse keys equal the exact ones here, so each level sees the same 1 + 4 candidate pairs
     assert stats["candidate_pairs_exact"] == stats["candidate_pairs_coarse"] == 1 + 4
     assert stats["supported_pairs"] == 5 and stats["qualified_pairs"] == 5
-    assert (stats["pairs"], stats["pairs_exact"], stats["pairs_coarse"], stats["exact_share"]) == (3, 3, 0, 1.0)
+    assert (stats["pairs"], stats["pairs_exact"], stats["pairs_coarse"], stats["exact_share"]) == (
+        3,
+        3,
+        0,
+        1.0,
+    )
     assert (stats["n_star_1"], stats["n_star_2"]) == (2, 1)
     assert stats["mean_contrast"] == pytest.approx((0.5 + 1 + 1) / 3)
     assert stats["mean_weight"] == pytest.approx((0.25 + 2 / 3) / 3)
@@ -98,7 +125,10 @@ def test_opposite_fold_property_on_base_group() -> None:
     # direction 0 reads only fold-1 evidence: unchanged
     assert [p for p in pairs2 if p.fold == 0] == [p for p in pairs if p.fold == 0]
     # direction 1 reads fold 0: now p̂(k,a) = 0 and p̂(k,b) = 1, so b (slots 5, 7) is preferred
-    assert [(p.preferred, p.rejected) for p in pairs2 if p.fold == 1] == [((5, 1), (1, 1)), ((7, 1), (3, 1))]
+    assert [(p.preferred, p.rejected) for p in pairs2 if p.fold == 1] == [
+        ((5, 1), (1, 1)),
+        ((7, 1), (3, 1)),
+    ]
 
 
 def test_same_fold_evidence_ablation() -> None:
@@ -116,15 +146,16 @@ def test_same_fold_evidence_ablation() -> None:
     # ... and the fold property no longer holds: flipping slot 0 / slot 2 flips direction 0
     changed = base_group()
     changed[0].score, changed[2].score = 0.0, 1.0
-    assert [(p.preferred, p.rejected) for p in mcgpo_pairs(changed, evidence="same")[0] if p.fold == 0] == [
-        ((2, 1), (0, 1))]
+    assert [
+        (p.preferred, p.rejected) for p in mcgpo_pairs(changed, evidence="same")[0] if p.fold == 0
+    ] == [((2, 1), (0, 1))]
 
 
 def test_epsilon_filter() -> None:
     # direction 0 has |û| = 0.5, direction 1 has |û| = 1
-    assert {p.fold for p in mcgpo_pairs(base_group(), epsilon=0.5)[0]} == {0, 1}   # 0.5 >= 0.5 kept
+    assert {p.fold for p in mcgpo_pairs(base_group(), epsilon=0.5)[0]} == {0, 1}  # 0.5 >= 0.5 kept
     pairs, stats = mcgpo_pairs(base_group(), epsilon=0.6)
-    assert {p.fold for p in pairs} == {1}                                        # 0.5 < 0.6 dropped
+    assert {p.fold for p in pairs} == {1}  # 0.5 < 0.6 dropped
     assert stats["supported_pairs"] == 5 and stats["qualified_pairs"] == 4
     assert mcgpo_pairs(base_group(), epsilon=1.01)[0] == []
 
@@ -133,11 +164,12 @@ def test_weight_formula_kappa_and_q() -> None:
     # c = |û| · n*/(n* + κ) · q_exact: direction 0 (û = 0.5, n* = 2), direction 1 (û = 1, n* = 1)
     pairs, _ = mcgpo_pairs(base_group(), kappa=1.0, q_exact=0.5)
     assert [round(p.weight, 6) for p in pairs] == [
-        round(0.5 * 2 / 3 * 0.5, 6),          # 0.166667
-        round(1.0 * 1 / 2 * 0.5, 6),          # 0.25
-        round(1.0 * 1 / 2 * 0.5, 6)]
+        round(0.5 * 2 / 3 * 0.5, 6),  # 0.166667
+        round(1.0 * 1 / 2 * 0.5, 6),  # 0.25
+        round(1.0 * 1 / 2 * 0.5, 6),
+    ]
     pairs, _ = mcgpo_pairs(base_group(), kappa=0.0)
-    assert [p.weight for p in pairs] == [0.5, 1.0, 1.0]   # n*/n* = 1
+    assert [p.weight for p in pairs] == [0.5, 1.0, 1.0]  # n*/n* = 1
 
 
 def test_min_support_gate() -> None:
@@ -148,19 +180,36 @@ def test_min_support_gate() -> None:
 
 def gate_group(case: str) -> list[Trajectory]:
     """Fold 0 candidates (slots 0, 2) compare a vs b at t = 1; fold 1 supplies evidence."""
-    if case == "exact":      # evidence at the same exact key e1
-        return [T(0, [S("a", "e1", "c1")], False), T(1, [S("a", "e1", "c1")], True),
-                T(2, [S("b", "e1", "c1")], False), T(3, [S("b", "e1", "c1")], False)]
-    if case == "fallback":   # evidence only at the coarse key (exact e9 differs)
-        return [T(0, [S("a", "e1", "c1")], False), T(1, [S("a", "e9", "c1")], True),
-                T(2, [S("b", "e1", "c1")], False), T(3, [S("b", "e9", "c1")], False)]
+    if case == "exact":  # evidence at the same exact key e1
+        return [
+            T(0, [S("a", "e1", "c1")], False),
+            T(1, [S("a", "e1", "c1")], True),
+            T(2, [S("b", "e1", "c1")], False),
+            T(3, [S("b", "e1", "c1")], False),
+        ]
+    if case == "fallback":  # evidence only at the coarse key (exact e9 differs)
+        return [
+            T(0, [S("a", "e1", "c1")], False),
+            T(1, [S("a", "e9", "c1")], True),
+            T(2, [S("b", "e1", "c1")], False),
+            T(3, [S("b", "e9", "c1")], False),
+        ]
     if case == "coarse_only":  # the candidates' exact keys differ, only coarse matches
-        return [T(0, [S("a", "e1", "c1")], False), T(1, [S("a", "e9", "c1")], True),
-                T(2, [S("b", "e2", "c1")], False), T(3, [S("b", "e9", "c1")], False)]
-    if case == "retained":   # exact supported with û = 0; coarse alone would give û = 0.5
-        return [T(0, [S("a", "e1", "c1")], False), T(1, [S("a", "e1", "c1")], True),
-                T(2, [S("b", "e1", "c1")], False), T(3, [S("b", "e1", "c1")], True),
-                T(4, [S("c", "e4", "c4")], False), T(5, [S("b", "e7", "c1")], False)]
+        return [
+            T(0, [S("a", "e1", "c1")], False),
+            T(1, [S("a", "e9", "c1")], True),
+            T(2, [S("b", "e2", "c1")], False),
+            T(3, [S("b", "e9", "c1")], False),
+        ]
+    if case == "retained":  # exact supported with û = 0; coarse alone would give û = 0.5
+        return [
+            T(0, [S("a", "e1", "c1")], False),
+            T(1, [S("a", "e1", "c1")], True),
+            T(2, [S("b", "e1", "c1")], False),
+            T(3, [S("b", "e1", "c1")], True),
+            T(4, [S("c", "e4", "c4")], False),
+            T(5, [S("b", "e7", "c1")], False),
+        ]
     raise ValueError(case)
 
 
@@ -182,11 +231,11 @@ def test_support_gate_exact_before_coarse() -> None:
 def test_supported_exact_level_is_kept_when_contrast_fails() -> None:
     # exact e1: a -> slot 1 (W) = 1, b -> slot 3 (W) = 1: û = 0 (supported, n* = 1) -> dropped.
     # coarse c1 would give a -> 1 (W) = 1, b -> 3 (W), 5 (L) = 0.5: û = 0.5, but is never tried.
-    pairs, stats = mcgpo_pairs(gate_group("retained"))
+    pairs, _ = mcgpo_pairs(gate_group("retained"))
     assert [p for p in pairs if p.fold == 0] == []
     # the control: if the exact level were unsupported the coarse pair would exist
     group = gate_group("retained")
-    group[3].steps[1].keys["exact"] = "e8"            # b's exact evidence moves away
+    group[3].steps[1].keys["exact"] = "e8"  # b's exact evidence moves away
     d0 = [p for p in mcgpo_pairs(group)[0] if p.fold == 0]
     # coarse: a -> slot 1 (W) = 1; b -> slots 3 (W), 5 (L) = 0.5; û = 0.5, n* = 1, c = 0.5/3 · 0.7
     assert summary(d0) == [((0, 1), (2, 1), round(0.5 / 3 * 0.7, 6), "coarse", 0.5, 1, 0)]
@@ -206,8 +255,12 @@ def two_key_group(earliest: bool) -> list[Trajectory]:
         s0, s2 = [k1a, k2c], [k1b, k2d]
     else:
         s0, s2 = [k1a, k2c], [k2d, k1b]
-    return [T(0, s0, False), T(1, [S("a", "e1x", "k1"), S("c", "k2", "k2c")], True),
-            T(2, s2, False), T(3, [S("b", "e1y", "k1"), S("d", "k2", "k2c")], False)]
+    return [
+        T(0, s0, False),
+        T(1, [S("a", "e1x", "k1"), S("c", "k2", "k2c")], True),
+        T(2, s2, False),
+        T(3, [S("b", "e1y", "k1"), S("d", "k2", "k2c")], False),
+    ]
 
 
 def test_earliest_comparison_per_sibling_pair() -> None:
@@ -230,9 +283,14 @@ def test_earliest_per_sibling_pair_comes_before_the_disjoint_allocator() -> None
     # Comparisons: (0,2)@K1 û=1 max t 1; (2,4)@K1 û=-1 max t 1; (2,4)@K2 û=1 max t 2.
     # EarliestQualified keeps (0,2)@K1 and (2,4)@K1 (dropping (2,4)@K2); Disjoint then accepts
     # (0,2)@K1 (lower slots first) and rejects (2,4)@K1 because row (2,1) is taken -> 1 pair.
-    group = [T(0, [S("a", "K1"), S("y", "Y")], False), T(1, [S("a", "K1"), S("c", "K2")], True),
-             T(2, [S("b", "K1"), S("c", "K2")], False), T(3, [S("b", "K1"), S("d", "K2")], False),
-             T(4, [S("a", "K1"), S("d", "K2")], False), T(5, [S("z", "Z")], False)]
+    group = [
+        T(0, [S("a", "K1"), S("y", "Y")], False),
+        T(1, [S("a", "K1"), S("c", "K2")], True),
+        T(2, [S("b", "K1"), S("c", "K2")], False),
+        T(3, [S("b", "K1"), S("d", "K2")], False),
+        T(4, [S("a", "K1"), S("d", "K2")], False),
+        T(5, [S("z", "Z")], False),
+    ]
     d0 = [p for p in mcgpo_pairs(group)[0] if p.fold == 0]
     assert summary(d0) == [((0, 1), (2, 1), 0.333333, "exact", 1.0, 1, 0)]
 
@@ -241,8 +299,12 @@ def test_candidates_use_first_visit_after_t0_and_evidence_from_t0() -> None:
     # slot 0 visits key "start" at t=0 and again at t=2 (action a); slot 2 at t=1 (action b).
     # Candidate first visits (b = 1): (0, 2) and (2, 1).  Evidence (b = 0): slots 1 and 3 both
     # visit "start" first at t = 0 with action x, so (start, a) and (start, b) have no support...
-    group = [T(0, [S("y", "m"), S("a", "start", sig=SIG0)], False), T(1, [S("a", "start", sig=SIG0)], True),
-             T(2, [S("b", "start", sig=SIG0)], False), T(3, [S("b", "start", sig=SIG0)], False)]
+    group = [
+        T(0, [S("y", "m"), S("a", "start", sig=SIG0)], False),
+        T(1, [S("a", "start", sig=SIG0)], True),
+        T(2, [S("b", "start", sig=SIG0)], False),
+        T(3, [S("b", "start", sig=SIG0)], False),
+    ]
     pairs, stats = mcgpo_pairs(group)
     assert [p for p in pairs if p.fold == 0] == [] and stats["candidate_pairs_exact"] >= 1
     # ...while a first visit at t = 0 with action a supports the comparison (t=0 counts for evidence)
@@ -254,23 +316,35 @@ def test_candidates_use_first_visit_after_t0_and_evidence_from_t0() -> None:
 
 def test_uniform_weighting_preserves_direction_total() -> None:
     # Direction 0: (0,2) at exact k: c = 1/3; (4,6) at coarse z (exact z1 != z2): c = 0.7/3.
-    group = [T(0, [S("a", "k")], False), T(1, [S("a", "k")], True),
-             T(2, [S("b", "k")], False), T(3, [S("b", "k")], False),
-             T(4, [S("c", "z1", "z")], False), T(5, [S("c", "z9", "z")], True),
-             T(6, [S("d", "z2", "z")], False), T(7, [S("d", "z9", "z")], False)]
+    group = [
+        T(0, [S("a", "k")], False),
+        T(1, [S("a", "k")], True),
+        T(2, [S("b", "k")], False),
+        T(3, [S("b", "k")], False),
+        T(4, [S("c", "z1", "z")], False),
+        T(5, [S("c", "z9", "z")], True),
+        T(6, [S("d", "z2", "z")], False),
+        T(7, [S("d", "z9", "z")], False),
+    ]
     ev = [p for p in mcgpo_pairs(group)[0] if p.fold == 0]
     assert [round(p.weight, 6) for p in ev] == [0.333333, 0.233333]
     un = [p for p in mcgpo_pairs(group, weighting="uniform")[0] if p.fold == 0]
     # equal weights (1/3 + 0.7/3)/2 = 0.283333, same pairs, same total
     assert [round(p.weight, 6) for p in un] == [0.283333, 0.283333]
-    assert [(p.preferred, p.rejected, p.level) for p in un] == [(p.preferred, p.rejected, p.level) for p in ev]
+    assert [(p.preferred, p.rejected, p.level) for p in un] == [
+        (p.preferred, p.rejected, p.level) for p in ev
+    ]
     assert sum(p.weight for p in un) == pytest.approx(sum(p.weight for p in ev))
 
 
 def test_state_only_keys_merge_progress_stages() -> None:
     # Same state summary k, different signatures: joint keys keep them apart, state-only merges.
-    group = [T(0, [S("a", "k", sig=SIG1)], False), T(1, [S("a", "k", sig=SIG1)], True),
-             T(2, [S("b", "k", sig=SIG2)], False), T(3, [S("b", "k", sig=SIG2)], False)]
+    group = [
+        T(0, [S("a", "k", sig=SIG1)], False),
+        T(1, [S("a", "k", sig=SIG1)], True),
+        T(2, [S("b", "k", sig=SIG2)], False),
+        T(3, [S("b", "k", sig=SIG2)], False),
+    ]
     assert [p for p in mcgpo_pairs(group)[0] if p.fold == 0] == []
     d0 = [p for p in mcgpo_pairs(group, keys="state")[0] if p.fold == 0]
     assert summary(d0) == [((0, 1), (2, 1), 0.333333, "exact", 1.0, 1, 0)]
@@ -284,8 +358,12 @@ def test_state_only_keys_merge_progress_stages() -> None:
 
 def test_rubric_only_keys_merge_situations() -> None:
     # Different state summaries, same signature: only rubric-only keys match them.
-    group = [T(0, [S("a", "k1")], False), T(1, [S("a", "k9")], True),
-             T(2, [S("b", "k2")], False), T(3, [S("b", "k8")], False)]
+    group = [
+        T(0, [S("a", "k1")], False),
+        T(1, [S("a", "k9")], True),
+        T(2, [S("b", "k2")], False),
+        T(3, [S("b", "k8")], False),
+    ]
     assert [p for p in mcgpo_pairs(group)[0] if p.fold == 0] == []
     d0 = [p for p in mcgpo_pairs(group, keys="rubric")[0] if p.fold == 0]
     # g = (C, F) = SIG1 at both levels; the exact level decides: c = 1/3 · q_exact
@@ -299,7 +377,7 @@ def test_rubric_only_keys_merge_situations() -> None:
 
 def test_shuffle_rubric_permutes_signatures() -> None:
     group = base_group()
-    for traj in group:                          # give rows distinct signatures
+    for traj in group:  # give rows distinct signatures
         for t, s in enumerate(traj.steps):
             s.keys["signature"] = (frozenset({f"s{traj.slot}"}), frozenset({str(t)}))
     plain = context_keys(group, "joint")
@@ -309,11 +387,18 @@ def test_shuffle_rubric_permutes_signatures() -> None:
         flat_s = [g for per in shuffled[lv] for g in per]
         # state parts stay in place; the (C, F) parts are a permutation of the originals
         assert [g[0] for g in flat_s] == [g[0] for g in flat_p]
-        assert sorted(map(repr, (g[1:] for g in flat_s))) == sorted(map(repr, (g[1:] for g in flat_p)))
+        assert sorted(map(repr, (g[1:] for g in flat_s))) == sorted(
+            map(repr, (g[1:] for g in flat_p))
+        )
     # deterministic for a seed, different across seeds
     assert context_keys(group, "joint", shuffle_rubric=True, shuffle_seed=0) == shuffled
-    assert any(context_keys(group, "joint", shuffle_rubric=True, shuffle_seed=s) != shuffled for s in range(1, 6))
-    assert any(context_keys(group, "joint", shuffle_rubric=True, shuffle_seed=s) != plain for s in range(6))
+    assert any(
+        context_keys(group, "joint", shuffle_rubric=True, shuffle_seed=s) != shuffled
+        for s in range(1, 6)
+    )
+    assert any(
+        context_keys(group, "joint", shuffle_rubric=True, shuffle_seed=s) != plain for s in range(6)
+    )
     # with one common signature a shuffle changes nothing
     same = base_group()
     for traj in same:
@@ -331,8 +416,15 @@ def test_folds_follow_slots_not_list_order() -> None:
     pairs, _ = mcgpo_pairs(group)
     pairs2, _ = mcgpo_pairs(shuffled)
     slot_of = [t.slot for t in shuffled]
-    as_slots = [((slot_of[p.preferred[0]], p.preferred[1]), (slot_of[p.rejected[0]], p.rejected[1]), p.weight, p.fold)
-                for p in pairs2]
+    as_slots = [
+        (
+            (slot_of[p.preferred[0]], p.preferred[1]),
+            (slot_of[p.rejected[0]], p.rejected[1]),
+            p.weight,
+            p.fold,
+        )
+        for p in pairs2
+    ]
     assert as_slots == [(p.preferred, p.rejected, p.weight, p.fold) for p in pairs]
 
 
@@ -347,7 +439,12 @@ def test_missing_keys_keep_task_credit_and_get_no_pairs() -> None:
     for a, b in zip(res[0].advantages, task.advantages):
         np.testing.assert_array_equal(a, b)
     s = summarize_pairs(res)
-    assert (s["groups"], s["groups_missing_keys"], s["groups_with_pairs"], s["pairs"]) == (2, 1, 1, 3)
+    assert (s["groups"], s["groups_missing_keys"], s["groups_with_pairs"], s["pairs"]) == (
+        2,
+        1,
+        1,
+        3,
+    )
     # a None value counts as missing too
     group = base_group()
     group[0].steps[0].keys["coarse"] = None
@@ -373,7 +470,13 @@ def test_summarize_pairs_batch() -> None:
     res = get_estimator("mcgpo")([base_group(), base_group()])
     s = summarize_pairs(res)
     # two copies of the base group: 6 pairs, all exact, n* = 1 four times and 2 twice
-    assert (s["pairs"], s["pairs_exact"], s["exact_share"], s["n_star_1"], s["n_star_2"]) == (6, 6, 1.0, 4, 2)
+    assert (s["pairs"], s["pairs_exact"], s["exact_share"], s["n_star_1"], s["n_star_2"]) == (
+        6,
+        6,
+        1.0,
+        4,
+        2,
+    )
     assert (s["wins"], s["ties"], s["losses"]) == (4, 2, 0)
     assert s["agreement"] == pytest.approx((4 + 1) / 6)
     assert s["mean_weight"] == pytest.approx((0.25 + 2 / 3) / 3)
@@ -386,14 +489,24 @@ def test_bad_keys_and_parameters_are_named() -> None:
         get_estimator("mcgpo")([base_group(), group])
     group = base_group()
     group[1].steps[0].keys["signature"] = "CF"
-    with pytest.raises(CreditInputError, match=r"trajectory 1, step 0: keys\['signature'\] must be a \(C, F\) pair"):
+    with pytest.raises(
+        CreditInputError, match=r"trajectory 1, step 0: keys\['signature'\] must be a \(C, F\) pair"
+    ):
         get_estimator("mcgpo")([group])
     # a set-valued C is frozen, not rejected
     group = base_group()
     group[0].steps[0].keys["signature"] = ({"A"}, set())
     assert get_estimator("mcgpo")([group])[0].stats["missing_keys"] == 0
-    for bad in ({"evidence": "other"}, {"weighting": "x"}, {"keys": "both"}, {"min_support": 0},
-                {"max_pairs": -1}, {"epsilon": -0.1}, {"kappa": float("nan")}, {"gamma": 0.0}):
+    for bad in (
+        {"evidence": "other"},
+        {"weighting": "x"},
+        {"keys": "both"},
+        {"min_support": 0},
+        {"max_pairs": -1},
+        {"epsilon": -0.1},
+        {"kappa": float("nan")},
+        {"gamma": 0.0},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             get_estimator("mcgpo", **bad)
 
@@ -408,9 +521,18 @@ def random_groups(draw):
         steps = []
         for _ in range(length):
             h = draw(st.sampled_from(["p", "q", "r"]))
-            steps.append(Step(state_key=h, action="go", action_key=draw(st.sampled_from(["a", "b", "c"])),
-                              keys={"exact": h, "coarse": draw(st.sampled_from(["P", "Q"])),
-                                    "signature": draw(st.sampled_from([SIG0, SIG1, SIG2]))}))
+            steps.append(
+                Step(
+                    state_key=h,
+                    action="go",
+                    action_key=draw(st.sampled_from(["a", "b", "c"])),
+                    keys={
+                        "exact": h,
+                        "coarse": draw(st.sampled_from(["P", "Q"])),
+                        "signature": draw(st.sampled_from([SIG0, SIG1, SIG2])),
+                    },
+                )
+            )
         win = draw(st.booleans())
         group.append(Trajectory("task", slot, steps, score=1.0 if win else 0.0, success=win))
     return group
@@ -432,14 +554,14 @@ def test_property_opposite_fold(group, data) -> None:
 @given(random_groups())
 def test_property_invariants(group) -> None:
     pairs, stats = mcgpo_pairs(group)
-    assert pairs == mcgpo_pairs(group)[0]                       # deterministic
+    assert pairs == mcgpo_pairs(group)[0]  # deterministic
     for c in (0, 1):
         d = [p for p in pairs if p.fold == c]
         assert len(d) <= 2
         rows = [r for p in d for r in (p.preferred, p.rejected)]
-        assert len(rows) == len(set(rows))                      # each row used once
+        assert len(rows) == len(set(rows))  # each row used once
         sibs = [frozenset((p.preferred[0], p.rejected[0])) for p in d]
-        assert len(sibs) == len(set(sibs))                      # one per sibling pair
+        assert len(sibs) == len(set(sibs))  # one per sibling pair
     for p in pairs:
         i, t = p.preferred
         j, u = p.rejected
@@ -448,7 +570,9 @@ def test_property_invariants(group) -> None:
         q = 1.0 if p.level == "exact" else 0.7
         assert p.contrast >= 0.1 and p.support >= 1
         assert p.weight == pytest.approx(p.contrast * p.support / (p.support + 2) * q)
-    assert stats["pairs"] == len(pairs) and stats["wins"] + stats["ties"] + stats["losses"] == len(pairs)
+    assert stats["pairs"] == len(pairs) and stats["wins"] + stats["ties"] + stats["losses"] == len(
+        pairs
+    )
 
 
 def test_preference_stats_plot(tmp_path) -> None:

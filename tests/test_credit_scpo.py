@@ -38,8 +38,12 @@ def char_self(ref: str) -> np.ndarray:
 
 def char_M(ref: str, failed: str, strength: Sequence[float]) -> np.ndarray:
     """M[u, v] = strength[v] when ref[u] == failed[v], else 0.1."""
-    return np.array([[strength[v] if ref[u] == failed[v] else 0.1 for v in range(len(failed))]
-                     for u in range(len(ref))])
+    return np.array(
+        [
+            [strength[v] if ref[u] == failed[v] else 0.1 for v in range(len(failed))]
+            for u in range(len(ref))
+        ]
+    )
 
 
 # --- the failure table ---------------------------------------------------------------------
@@ -59,7 +63,9 @@ def test_failure_table_is_the_classical_prefix_function() -> None:
 @given(st.text(alphabet="abc", min_size=1, max_size=12))
 def test_failure_table_matches_brute_force_borders(ref: str) -> None:
     # with a transitive equality, fail[q] = longest proper border of ref[:q+1]
-    brute = [max(k for k in range(q + 1) if ref[:k] == ref[q + 1 - k:q + 1]) for q in range(len(ref))]
+    brute = [
+        max(k for k in range(q + 1) if ref[:k] == ref[q + 1 - k : q + 1]) for q in range(len(ref))
+    ]
     assert failure_table(char_self(ref), THETA).tolist() == brute
 
 
@@ -115,7 +121,9 @@ def test_matcher_repeats_earn_nothing_and_soft_base() -> None:
 def test_matcher_stops_when_reference_is_complete() -> None:
     # reference "ab" is fully claimed by v0, v1; later perfect matches earn nothing
     M = char_M("ab", "abab", [1.0] * 4)
-    np.testing.assert_allclose(monotonic_credit(M, char_self("ab"), THETA, LAM, range(4)), [1, 1, 0, 0])
+    np.testing.assert_allclose(
+        monotonic_credit(M, char_self("ab"), THETA, LAM, range(4)), [1, 1, 0, 0]
+    )
 
 
 def test_matcher_input_errors() -> None:
@@ -131,7 +139,11 @@ def test_matcher_input_errors() -> None:
     with pytest.raises(ValueError, match="finite"):
         monotonic_credit(np.full((2, 3), np.nan), np.ones((2, 2)), THETA, LAM, [0, 1, 2])
     # empty reference or empty failed sequence: no credit
-    assert monotonic_credit(np.zeros((0, 3)), np.zeros((0, 0)), THETA, LAM, [2, 0, 1]).tolist() == [0, 0, 0]
+    assert monotonic_credit(np.zeros((0, 3)), np.zeros((0, 0)), THETA, LAM, [2, 0, 1]).tolist() == [
+        0,
+        0,
+        0,
+    ]
     assert monotonic_credit(np.zeros((2, 0)), np.eye(2), THETA, LAM, []).tolist() == []
 
 
@@ -141,31 +153,43 @@ def test_property_each_reference_position_credited_at_most_once(data) -> None:
     m = data.draw(st.integers(0, 6))
     ell = data.draw(st.integers(0, 8))
     vals = st.sampled_from([0.0, 0.3, 0.59, 0.6, 0.61, 0.8, 1.0])
-    M = np.array(data.draw(st.lists(st.lists(vals, min_size=ell, max_size=ell), min_size=m, max_size=m)),
-                 dtype=float).reshape(m, ell)
-    S = np.array(data.draw(st.lists(st.lists(vals, min_size=m, max_size=m), min_size=m, max_size=m)),
-                 dtype=float).reshape(m, m)
+    M = np.array(
+        data.draw(st.lists(st.lists(vals, min_size=ell, max_size=ell), min_size=m, max_size=m)),
+        dtype=float,
+    ).reshape(m, ell)
+    S = np.array(
+        data.draw(st.lists(st.lists(vals, min_size=m, max_size=m), min_size=m, max_size=m)),
+        dtype=float,
+    ).reshape(m, m)
     order = data.draw(st.permutations(range(ell)))
     theta = data.draw(st.sampled_from([0.3, 0.6, 0.8]))
     lam = data.draw(st.sampled_from([0.0, 0.4, 0.7]))
     credit, pos = monotonic_match(M, S, theta, lam, order)
     claimed = [int(pos[v]) for v in order if pos[v] >= 0]
-    assert claimed == sorted(set(claimed))            # strictly increasing along π: each at most once
+    assert claimed == sorted(set(claimed))  # strictly increasing along π: each at most once
     assert len(claimed) <= m
     assert np.all((credit >= 0) & (credit <= 1))
     for v in range(ell):
         if pos[v] >= 0:
-            assert M[pos[v], v] >= theta and credit[v] == pytest.approx(max(0.0, (M[pos[v], v] - lam) / (1 - lam)))
+            assert M[pos[v], v] >= theta and credit[v] == pytest.approx(
+                max(0.0, (M[pos[v], v] - lam) / (1 - lam))
+            )
         else:
             assert credit[v] == 0.0
 
 
 # --- step texts, orders ----------------------------------------------------------------------
 def test_step_text_and_filtering() -> None:
-    traj = Trajectory("t", 0, [Step("s", "go to desk 1", feedback="You arrive."),
-                               Step("s", "look", feedback=" Nothing happens. "),
-                               Step("s", "fly", valid=False, feedback="You arrive."),
-                               Step("s", "open drawer 1", feedback="You open it.")])
+    traj = Trajectory(
+        "t",
+        0,
+        [
+            Step("s", "go to desk 1", feedback="You arrive."),
+            Step("s", "look", feedback=" Nothing happens. "),
+            Step("s", "fly", valid=False, feedback="You arrive."),
+            Step("s", "open drawer 1", feedback="You open it."),
+        ],
+    )
     assert kept_steps(traj) == [0, 3]
     assert step_text(traj.steps[0]) == "go to desk 1 \u2016 You arrive."
 
@@ -199,10 +223,19 @@ def st_(state: str, action: str, fb: str = "ok", reward: float = 0.0, **kw) -> S
 
 
 def hand_group() -> list[Trajectory]:
-    win = Trajectory("t", 0, [st_("s0", "go a"), st_("s1", "take x"), st_("s2", "put x", reward=10.0)],
-                     score=1.0, success=True)
-    loss = Trajectory("t", 1, [st_("s0", "go a"), st_("s3", "look", fb="Nothing happens."),
-                               st_("s1", "take x")], score=0.0)
+    win = Trajectory(
+        "t",
+        0,
+        [st_("s0", "go a"), st_("s1", "take x"), st_("s2", "put x", reward=10.0)],
+        score=1.0,
+        success=True,
+    )
+    loss = Trajectory(
+        "t",
+        1,
+        [st_("s0", "go a"), st_("s3", "look", fb="Nothing happens."), st_("s1", "take x")],
+        score=0.0,
+    )
     return [win, loss]
 
 
@@ -226,10 +259,16 @@ def test_scpo_hand_computed_advantages() -> None:
     # unshaped GiGPO: s0 {9.025, 0} -> ±4.5125, s1 {9.5, 0} -> ±4.75
     g = GiGPO(norm="mean")([hand_group()])[0]
     np.testing.assert_allclose(g.advantages[1], [-5 - 4.5125, -5.0, -5 - 4.75])
-    assert (r.stats["has_reference"], r.stats["failed_trajectories"], r.stats["credited_steps"]) == (1, 1, 2)
+    assert (
+        r.stats["has_reference"],
+        r.stats["failed_trajectories"],
+        r.stats["credited_steps"],
+    ) == (1, 1, 2)
     assert r.stats["credited_steps_per_failed"] == 2.0 and r.stats["filtered_steps"] == 1
     # α·Σr = .5·2 = 1 over the failed sibling's 3 rows
-    assert r.stats["aux_reward_sum"] == pytest.approx(1.0) and r.stats["mean_aux_reward"] == pytest.approx(1 / 3)
+    assert r.stats["aux_reward_sum"] == pytest.approx(1.0) and r.stats[
+        "mean_aux_reward"
+    ] == pytest.approx(1 / 3)
 
 
 def test_no_success_or_no_failure_changes_nothing() -> None:
@@ -244,36 +283,42 @@ def test_no_success_or_no_failure_changes_nothing() -> None:
         for a, b in zip(r.advantages, g.advantages):
             np.testing.assert_array_equal(a, b)
         assert r.stats["has_reference"] == 0 and r.stats["credited_steps"] == 0
-        assert scorer.calls == 0                      # nothing to score at all
+        assert scorer.calls == 0  # nothing to score at all
 
 
 def test_success_threshold_reference_and_longest() -> None:
     # WebShop-like outcomes 10·score: 9.5 succeeds at τ = 9, 5.0 does not
     a = Trajectory("t", 0, [st_("s0", "go a"), st_("s1", "buy", reward=5.0)], score=0.5)
-    b = Trajectory("t", 1, [st_("s0", "go a"), st_("s2", "take x"), st_("s1", "buy", reward=9.5)], score=0.95)
+    b = Trajectory(
+        "t", 1, [st_("s0", "go a"), st_("s2", "take x"), st_("s1", "buy", reward=9.5)], score=0.95
+    )
     c = Trajectory("t", 2, [st_("s0", "go a"), st_("s1", "buy", reward=9.5)], score=0.95)
     (traces,) = SCPO(scorer=ExactScorer(), success_threshold=9.0).traces([[a, b, c]])
-    assert [(tr.reference, tr.failed) for tr in traces] == [(1, 0)]     # longest success = b; a failed
+    assert [(tr.reference, tr.failed) for tr in traces] == [(1, 0)]  # longest success = b; a failed
     (traces,) = SCPO(scorer=ExactScorer(), success_threshold=0.0).traces([[a, b, c]])
-    assert traces == []                                                  # all three succeed at τ = 0
+    assert traces == []  # all three succeed at τ = 0
     # ties in length: the first successful trajectory is the reference
-    d = Trajectory("t", 3, [st_("s0", "go b"), st_("s2", "take y"), st_("s1", "buy", reward=9.5)], score=0.95)
+    d = Trajectory(
+        "t", 3, [st_("s0", "go b"), st_("s2", "take y"), st_("s1", "buy", reward=9.5)], score=0.95
+    )
     (traces,) = SCPO(scorer=ExactScorer(), success_threshold=9.0).traces([[a, d, b]])
     assert traces[0].reference == 1
 
 
 def test_invalid_steps_earn_no_credit() -> None:
     group = hand_group()
-    group[1].steps[0].valid = False                # identical text, but invalid
+    group[1].steps[0].valid = False  # identical text, but invalid
     (traces,) = SCPO(scorer=ExactScorer(), order="chronological").traces([group])
     assert traces[0].failed_steps == [2]
-    np.testing.assert_allclose(traces[0].credit, [0.0])   # "take x" cannot claim position 0 ("go a")
+    np.testing.assert_allclose(traces[0].credit, [0.0])  # "take x" cannot claim position 0 ("go a")
 
 
 def order_group() -> list[Trajectory]:
     """Reference texts A, B; the failed sibling's texts A, B, A with token counts 5, 1, 9."""
+
     def s(state, text, n, reward=0.0):
         return Step(state, text, reward=reward, feedback="ok", extra={"num_tokens": n})
+
     win = Trajectory("t", 0, [s("s0", "A", 1), s("s1", "B", 1, 10.0)], score=1.0, success=True)
     loss = Trajectory("t", 1, [s("s0", "A", 5), s("s2", "B", 1), s("s3", "A", 9)], score=0.0)
     return [win, loss]
@@ -292,8 +337,12 @@ def test_processing_orders() -> None:
     (tr,) = SCPO(scorer=ExactScorer(), order="length", partitions=1).traces([order_group()])[0]
     assert tr.order.tolist() == [0, 1, 2]
     # random: a seeded permutation, reproducible
-    orders = {tuple(SCPO(scorer=ExactScorer(), order="random", seed=s).traces([order_group()])[0][0].order)
-              for s in range(8)}
+    orders = {
+        tuple(
+            SCPO(scorer=ExactScorer(), order="random", seed=s).traces([order_group()])[0][0].order
+        )
+        for s in range(8)
+    }
     assert all(sorted(o) == [0, 1, 2] for o in orders) and len(orders) > 1
     a = SCPO(scorer=ExactScorer(), order="random", seed=3).traces([order_group()])[0][0].order
     b = SCPO(scorer=ExactScorer(), order="random", seed=3).traces([order_group()])[0][0].order
@@ -327,9 +376,14 @@ def test_lexical_scorer_end_to_end_and_determinism() -> None:
 
 
 def test_parameter_errors_name_the_parameter() -> None:
-    for bad, word in (({"order": "backwards"}, "order"), ({"soft_base": 1.0}, "soft_base"),
-                      ({"norm": "max"}, "norm"), ({"partitions": 0}, "partitions"),
-                      ({"gamma": 1.5}, "gamma"), ({"theta": float("nan")}, "theta")):
+    for bad, word in (
+        ({"order": "backwards"}, "order"),
+        ({"soft_base": 1.0}, "soft_base"),
+        ({"norm": "max"}, "norm"),
+        ({"partitions": 0}, "partitions"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"theta": float("nan")}, "theta"),
+    ):
         with pytest.raises(ValueError, match=word):
             get_estimator("scpo", **bad)
     with pytest.raises(ValueError, match="unknown scorer spec"):

@@ -71,23 +71,28 @@ from __future__ import annotations
 import zlib
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import combinations
 from typing import Any
 
 import numpy as np
 
 from agent_envs.trajectory import Trajectory
-from wrappers.credit.base import CreditInputError, CreditResult, Estimator, Preference, register_estimator
+from wrappers.credit.base import (
+    CreditInputError,
+    CreditResult,
+    Estimator,
+    Preference,
+    register_estimator,
+)
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graphgpo import graphgpo_credit
 
 __all__ = [
-    "MCGPO",
-    "LEVELS",
     "KEY_MODES",
+    "LEVELS",
+    "MCGPO",
     "Comparison",
-    "mcgpo_pairs",
     "context_keys",
+    "mcgpo_pairs",
     "summarize_pairs",
 ]
 
@@ -138,7 +143,9 @@ def _freeze(value: Any, what: str) -> Hashable:
     except TypeError:
         if isinstance(value, set):
             return _freeze(frozenset(value), what)
-        raise CreditInputError(f"{what} is not hashable ({type(value).__name__}): {value!r}") from None
+        raise CreditInputError(
+            f"{what} is not hashable ({type(value).__name__}): {value!r}"
+        ) from None
 
 
 def _signature(sig: Any, g: int | None, i: int, t: int) -> tuple[Hashable, Hashable]:
@@ -221,7 +228,7 @@ def context_keys(
             flat = sigs
         per, k0 = [], 0
         for traj in group:
-            per.append(flat[k0:k0 + len(traj.steps)])
+            per.append(flat[k0 : k0 + len(traj.steps)])
             k0 += len(traj.steps)
         out[lv] = per
     return out
@@ -230,7 +237,7 @@ def context_keys(
 def _first_visits(keys_i: Sequence[int], b: int) -> dict[int, int]:
     """t_i(g; b) = min{t ≥ b : g_t = g} for every key g of one trajectory [Eq. 9]."""
     first: dict[int, int] = {}
-    for t in range(len(keys_i) - 1, b - 1, -1):     # backwards: the earliest visit is written last
+    for t in range(len(keys_i) - 1, b - 1, -1):  # backwards: the earliest visit is written last
         first[keys_i[t]] = t
     return first
 
@@ -239,8 +246,8 @@ def _first_visits(keys_i: Sequence[int], b: int) -> dict[int, int]:
 class _Prepared:
     """Per-group lookups shared by both directions (keys interned to ints)."""
 
-    keys: dict[str, list[Hashable]]             # level -> key of each interned id
-    first_ev: dict[str, list[dict[int, int]]]   # level -> per trajectory {id: first t >= 0}
+    keys: dict[str, list[Hashable]]  # level -> key of each interned id
+    first_ev: dict[str, list[dict[int, int]]]  # level -> per trajectory {id: first t >= 0}
     first_cand: dict[str, list[dict[int, int]]]  # level -> per trajectory {id: first t >= 1}
     action: list[list[Hashable]]
     fold: list[int]
@@ -317,10 +324,10 @@ def _comparisons(
                     if na is None or nb is None:
                         continue
                     n_star = int(min(na[0], nb[0]))
-                    if n_star < min_support:                 # support gate
+                    if n_star < min_support:  # support gate
                         continue
-                    u_ab = na[1] / na[0] - nb[1] / nb[0]       # û for (a, b) [Eq. 3]
-                    weight = float(abs(u_ab) * n_star / (n_star + kappa) * q[lv])   # [Eq. 4]
+                    u_ab = na[1] / na[0] - nb[1] / nb[0]  # û for (a, b) [Eq. 3]
+                    weight = float(abs(u_ab) * n_star / (n_star + kappa) * q[lv])  # [Eq. 4]
                     qualified = bool(abs(u_ab) >= epsilon and u_ab != 0.0)
                     for ra in by_act[a]:
                         for rb in by_act[b]:
@@ -330,21 +337,41 @@ def _comparisons(
                                 rows, acts_ab, u_hat = (rb, ra), (b, a), -u_ab
                             if lv == "exact":
                                 decided.add(rows)
-                            elif rows in decided:          # the exact level already decided it
+                            elif rows in decided:  # the exact level already decided it
                                 continue
-                            out.append(Comparison(rows, c, lv, prep.keys[lv][g], acts_ab, float(u_hat),
-                                                  n_star, weight, qualified))
+                            out.append(
+                                Comparison(
+                                    rows,
+                                    c,
+                                    lv,
+                                    prep.keys[lv][g],
+                                    acts_ab,
+                                    float(u_hat),
+                                    n_star,
+                                    weight,
+                                    qualified,
+                                )
+                            )
     return counts, out
 
 
-def _select(group: Sequence[Trajectory], comps: Iterable[Comparison], max_pairs: int) -> list[Comparison]:
+def _select(
+    group: Sequence[Trajectory], comps: Iterable[Comparison], max_pairs: int
+) -> list[Comparison]:
     """Earliest qualified comparison per sibling pair, then the disjoint allocator."""
     slot = [t.slot for t in group]
 
     def rank(cmp: Comparison) -> tuple[Any, ...]:
         (i, t), (j, u) = cmp.rows
         lo_row = (i, t) if slot[i] < slot[j] else (j, u)
-        return (max(t, u), -cmp.weight, min(t, u), min(slot[i], slot[j]), max(slot[i], slot[j]), lo_row[1])
+        return (
+            max(t, u),
+            -cmp.weight,
+            min(t, u),
+            min(slot[i], slot[j]),
+            max(slot[i], slot[j]),
+            lo_row[1],
+        )
 
     ranked = sorted((cmp for cmp in comps if cmp.qualified), key=rank)
     seen: set[tuple[int, int]] = set()
@@ -409,14 +436,32 @@ def mcgpo_pairs(
     check_choice("keys", keys, KEY_MODES)
     n_star_hist = {"n_star_1": 0, "n_star_2": 0}
     stats: dict[str, float] = {
-        "missing_keys": 0, "candidate_pairs_exact": 0, "candidate_pairs_coarse": 0,
-        "supported_pairs": 0, "qualified_pairs": 0,
-        "pairs": 0, "pairs_exact": 0, "pairs_coarse": 0, "exact_share": 0.0, **n_star_hist,
-        "contrast_sum": 0.0, "mean_contrast": 0.0, "weight_sum": 0.0, "mean_weight": 0.0,
-        "wins": 0, "ties": 0, "losses": 0, "agreement": 0.0,
+        "missing_keys": 0,
+        "candidate_pairs_exact": 0,
+        "candidate_pairs_coarse": 0,
+        "supported_pairs": 0,
+        "qualified_pairs": 0,
+        "pairs": 0,
+        "pairs_exact": 0,
+        "pairs_coarse": 0,
+        "exact_share": 0.0,
+        **n_star_hist,
+        "contrast_sum": 0.0,
+        "mean_contrast": 0.0,
+        "weight_sum": 0.0,
+        "mean_weight": 0.0,
+        "wins": 0,
+        "ties": 0,
+        "losses": 0,
+        "agreement": 0.0,
     }
-    ctx = context_keys(group, keys, shuffle_rubric=shuffle_rubric, shuffle_seed=shuffle_seed,
-                       group_index=group_index)
+    ctx = context_keys(
+        group,
+        keys,
+        shuffle_rubric=shuffle_rubric,
+        shuffle_seed=shuffle_seed,
+        group_index=group_index,
+    )
     if ctx is None:
         stats["missing_keys"] = 1
         return [], stats
@@ -425,8 +470,16 @@ def mcgpo_pairs(
     prep = _prepare(group, ctx)
     prefs: list[Preference] = []
     for c in (0, 1):
-        n_cand, comps = _comparisons(prep, c, success, min_support=min_support, epsilon=epsilon,
-                                     kappa=kappa, q=q, evidence=evidence)
+        n_cand, comps = _comparisons(
+            prep,
+            c,
+            success,
+            min_support=min_support,
+            epsilon=epsilon,
+            kappa=kappa,
+            q=q,
+            evidence=evidence,
+        )
         stats["candidate_pairs_exact"] += n_cand["exact"]
         stats["candidate_pairs_coarse"] += n_cand["coarse"]
         stats["supported_pairs"] += len(comps)
@@ -438,8 +491,17 @@ def mcgpo_pairs(
         for cmp, w in zip(accepted, weights):
             first, second = cmp.rows
             pref, rej = (first, second) if cmp.contrast > 0 else (second, first)
-            prefs.append(Preference(preferred=pref, rejected=rej, weight=float(w), level=cmp.level,
-                                    contrast=abs(cmp.contrast), support=cmp.support, fold=c))
+            prefs.append(
+                Preference(
+                    preferred=pref,
+                    rejected=rej,
+                    weight=float(w),
+                    level=cmp.level,
+                    contrast=abs(cmp.contrast),
+                    support=cmp.support,
+                    fold=c,
+                )
+            )
     for p in prefs:
         stats["pairs"] += 1
         stats["pairs_exact" if p.level == "exact" else "pairs_coarse"] += 1
@@ -466,8 +528,16 @@ def summarize_pairs(results: Sequence[CreditResult]) -> dict[str, float]:
         ``losses``, ``agreement`` = (W + T/2)/(W + T + L), ``groups``,
         ``groups_with_pairs`` and ``groups_missing_keys``.
     """
-    out: dict[str, float] = {"groups": len(results), "groups_with_pairs": 0, "groups_missing_keys": 0,
-                             "pairs": 0, "pairs_exact": 0, "wins": 0, "ties": 0, "losses": 0}
+    out: dict[str, float] = {
+        "groups": len(results),
+        "groups_with_pairs": 0,
+        "groups_missing_keys": 0,
+        "pairs": 0,
+        "pairs_exact": 0,
+        "wins": 0,
+        "ties": 0,
+        "losses": 0,
+    }
     contrast = weight = 0.0
     for r in results:
         s = r.stats
@@ -543,11 +613,18 @@ class MCGPO(Estimator):
             raise ValueError(f"min_support must be an integer >= 1, got {min_support!r}")
         if isinstance(max_pairs, bool) or int(max_pairs) != max_pairs or max_pairs < 0:
             raise ValueError(f"max_pairs must be an integer >= 0, got {max_pairs!r}")
-        for name, value in (("epsilon", epsilon), ("kappa", kappa), ("q_exact", q_exact), ("q_coarse", q_coarse)):
+        for name, value in (
+            ("epsilon", epsilon),
+            ("kappa", kappa),
+            ("q_exact", q_exact),
+            ("q_coarse", q_coarse),
+        ):
             if not (np.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
         if shuffle_rubric and keys == "state":
-            raise ValueError("shuffle_rubric=True has no effect with keys='state' (the key has no (C, F))")
+            raise ValueError(
+                "shuffle_rubric=True has no effect with keys='state' (the key has no (C, F))"
+            )
         self.min_support = int(min_support)
         self.epsilon = float(epsilon)
         self.kappa = float(kappa)
@@ -568,18 +645,32 @@ class MCGPO(Estimator):
         self.episode_weight = float(episode_weight)
         self.episode_norm = episode_norm
         # Validate the task-credit parameters now rather than on the first batch.
-        from wrappers.credit.graphgpo import GraphGPO  # noqa: PLC0415
+        from wrappers.credit.graphgpo import GraphGPO
 
-        GraphGPO(gamma=gamma, success_reward=success_reward, unreachable=unreachable, norm=norm,
-                 step_weight=step_weight, episode_weight=episode_weight, episode_norm=episode_norm)
+        GraphGPO(
+            gamma=gamma,
+            success_reward=success_reward,
+            unreachable=unreachable,
+            norm=norm,
+            step_weight=step_weight,
+            episode_weight=episode_weight,
+            episode_norm=episode_norm,
+        )
 
     def pair_params(self) -> dict[str, Any]:
         """The keyword arguments this estimator passes to :func:`mcgpo_pairs`."""
         return {
-            "min_support": self.min_support, "epsilon": self.epsilon, "kappa": self.kappa,
-            "q_exact": self.q_exact, "q_coarse": self.q_coarse, "max_pairs": self.max_pairs,
-            "success_threshold": self.success_threshold, "evidence": self.evidence,
-            "weighting": self.weighting, "keys": self.keys, "shuffle_rubric": self.shuffle_rubric,
+            "min_support": self.min_support,
+            "epsilon": self.epsilon,
+            "kappa": self.kappa,
+            "q_exact": self.q_exact,
+            "q_coarse": self.q_coarse,
+            "max_pairs": self.max_pairs,
+            "success_threshold": self.success_threshold,
+            "evidence": self.evidence,
+            "weighting": self.weighting,
+            "keys": self.keys,
+            "shuffle_rubric": self.shuffle_rubric,
             "shuffle_seed": self.shuffle_seed,
         }
 
@@ -587,11 +678,23 @@ class MCGPO(Estimator):
         results = []
         params = self.pair_params()
         for g, group in enumerate(groups):
-            task = graphgpo_credit(group, gamma=self.gamma, success_reward=self.success_reward,
-                                   unreachable=self.unreachable, norm=self.norm,
-                                   step_weight=self.step_weight, episode_weight=self.episode_weight,
-                                   episode_norm=self.episode_norm)
+            task = graphgpo_credit(
+                group,
+                gamma=self.gamma,
+                success_reward=self.success_reward,
+                unreachable=self.unreachable,
+                norm=self.norm,
+                step_weight=self.step_weight,
+                episode_weight=self.episode_weight,
+                episode_norm=self.episode_norm,
+            )
             pairs, stats = mcgpo_pairs(group, group_index=g, **params)
-            results.append(CreditResult(task.advantages, shaped_rewards=task.returns, pairs=pairs,
-                                        stats={**task.stats, **stats}))
+            results.append(
+                CreditResult(
+                    task.advantages,
+                    shaped_rewards=task.returns,
+                    pairs=pairs,
+                    stats={**task.stats, **stats},
+                )
+            )
         return results

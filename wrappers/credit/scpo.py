@@ -63,17 +63,17 @@ from wrappers.credit.gigpo import gigpo_step_advantages
 from wrappers.credit.scorers import PairScorer, check_scorer_spec, make_scorer
 
 __all__ = [
-    "SCPO",
-    "ORDERS",
     "NOOP_FEEDBACK",
-    "failure_table",
-    "monotonic_match",
-    "monotonic_credit",
-    "length_balanced_order",
-    "step_text",
-    "kept_steps",
+    "ORDERS",
+    "SCPO",
     "MatchTrace",
+    "failure_table",
+    "kept_steps",
+    "length_balanced_order",
+    "monotonic_credit",
+    "monotonic_match",
     "scpo_traces",
+    "step_text",
 ]
 
 ORDERS = ("chronological", "length", "random")
@@ -115,13 +115,20 @@ def failure_table(M_self: np.ndarray, theta: float) -> np.ndarray:
     return fail
 
 
-def _check_matcher_args(M: np.ndarray, M_self: np.ndarray, theta: float, soft_base: float,
-                        order: Sequence[int] | np.ndarray) -> np.ndarray:
+def _check_matcher_args(
+    M: np.ndarray,
+    M_self: np.ndarray,
+    theta: float,
+    soft_base: float,
+    order: Sequence[int] | np.ndarray,
+) -> np.ndarray:
     if M.ndim != 2:
         raise ValueError(f"M must be a 2-D (reference × failed) matrix, got shape {M.shape}")
     m, ell = M.shape
     if M_self.shape != (m, m):
-        raise ValueError(f"M_self must have shape ({m}, {m}) to match M's {m} reference rows, got {M_self.shape}")
+        raise ValueError(
+            f"M_self must have shape ({m}, {m}) to match M's {m} reference rows, got {M_self.shape}"
+        )
     if not (np.all(np.isfinite(M)) and np.all(np.isfinite(M_self))):
         raise ValueError("M and M_self must be finite")
     if not np.isfinite(theta):
@@ -129,14 +136,24 @@ def _check_matcher_args(M: np.ndarray, M_self: np.ndarray, theta: float, soft_ba
     if not 0.0 <= soft_base < 1.0:
         raise ValueError(f"soft_base must lie in [0, 1), got {soft_base}")
     pi = np.asarray(order)
-    if pi.shape != (ell,) or (ell and not np.issubdtype(pi.dtype, np.integer)) or \
-            not np.array_equal(np.sort(pi), np.arange(ell)):
-        raise ValueError(f"order must be a permutation of the {ell} failed-step indices 0..{ell - 1}, got {order!r}")
+    if (
+        pi.shape != (ell,)
+        or (ell and not np.issubdtype(pi.dtype, np.integer))
+        or not np.array_equal(np.sort(pi), np.arange(ell))
+    ):
+        raise ValueError(
+            f"order must be a permutation of the {ell} failed-step indices 0..{ell - 1}, got {order!r}"
+        )
     return pi.astype(np.intp)
 
 
-def monotonic_match(M: np.ndarray, M_self: np.ndarray, theta: float, soft_base: float,
-                    order: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def monotonic_match(
+    M: np.ndarray,
+    M_self: np.ndarray,
+    theta: float,
+    soft_base: float,
+    order: Sequence[int] | np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Monotonic semantic credit with the reference position each failed step claimed.
 
     Same algorithm as :func:`monotonic_credit`; additionally returns ``position[v]``, the
@@ -152,23 +169,24 @@ def monotonic_match(M: np.ndarray, M_self: np.ndarray, theta: float, soft_base: 
     return _run_matcher(M, failure_table(M_self, theta) - 1, theta, soft_base, pi)
 
 
-def _run_matcher(M: np.ndarray, nxt: np.ndarray, theta: float, soft_base: float,
-                 pi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _run_matcher(
+    M: np.ndarray, nxt: np.ndarray, theta: float, soft_base: float, pi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Algorithm 2 proper, given the backtrack table next(j) = fail[j] − 1 (inputs checked)."""
     m, ell = M.shape
     credit = np.zeros(ell, dtype=np.float64)
     position = np.full(ell, -1, dtype=np.intp)
     if m == 0:
         return credit, position
-    rows = M.tolist()                                 # plain floats: faster scalar access
+    rows = M.tolist()  # plain floats: faster scalar access
     back = nxt.tolist()
     j, j_max = -1, -1
-    for v in pi.tolist():                             # Alg. 2, lines 5–20
+    for v in pi.tolist():  # Alg. 2, lines 5–20
         while j >= 0 and rows[j + 1][v] < theta:
             j = back[j]
         if rows[j + 1][v] >= theta:
             j += 1
-            if j > j_max:                             # new progress: credit and advance frontier
+            if j > j_max:  # new progress: credit and advance frontier
                 credit[v] = max(0.0, (rows[j][v] - soft_base) / (1.0 - soft_base))
                 position[v] = j
                 j_max = j
@@ -177,8 +195,13 @@ def _run_matcher(M: np.ndarray, nxt: np.ndarray, theta: float, soft_base: float,
     return credit, position
 
 
-def monotonic_credit(M: np.ndarray, M_self: np.ndarray, theta: float, soft_base: float,
-                     order: Sequence[int] | np.ndarray) -> np.ndarray:
+def monotonic_credit(
+    M: np.ndarray,
+    M_self: np.ndarray,
+    theta: float,
+    soft_base: float,
+    order: Sequence[int] | np.ndarray,
+) -> np.ndarray:
     """SCPO's monotonic credit matcher [SCPO App. B.2, Algorithm 2].
 
     Args:
@@ -212,8 +235,11 @@ def step_text(step: Step) -> str:
 
 def kept_steps(traj: Trajectory, noop_feedback: frozenset[str] = NOOP_FEEDBACK) -> list[int]:
     """Indices of the steps SCPO scores: valid actions whose feedback is not a no-op."""
-    return [t for t, s in enumerate(traj.steps)
-            if s.valid and s.feedback.strip().lower() not in noop_feedback]
+    return [
+        t
+        for t, s in enumerate(traj.steps)
+        if s.valid and s.feedback.strip().lower() not in noop_feedback
+    ]
 
 
 def _row_length(step: Step) -> float:
@@ -252,13 +278,13 @@ def length_balanced_order(lengths: Sequence[float] | np.ndarray, partitions: int
         return np.arange(n, dtype=np.intp)
     cap = [n // k + (1 if p < n % k else 0) for p in range(k)]
     count = [0] * k
-    heap = [(0.0, p) for p in range(k)]          # (load, part): least loaded, then lowest index
+    heap = [(0.0, p) for p in range(k)]  # (load, part): least loaded, then lowest index
     part = np.empty(n, dtype=np.intp)
-    for r in np.lexsort((np.arange(n), -x)).tolist():   # longest first, ties by index
+    for r in np.lexsort((np.arange(n), -x)).tolist():  # longest first, ties by index
         load, p = heapq.heappop(heap)
         part[r] = p
         count[p] += 1
-        if count[p] < cap[p]:                    # a full part leaves the heap
+        if count[p] < cap[p]:  # a full part leaves the heap
             heapq.heappush(heap, (load + float(x[r]), p))
     return np.lexsort((np.arange(n), part)).astype(np.intp)
 
@@ -400,18 +426,21 @@ class SCPO(Estimator):
         for group in groups:
             per = []
             for t in group:
-                per.append(pos[k:k + len(t.steps)])
+                per.append(pos[k : k + len(t.steps)])
                 k += len(t.steps)
             out.append(per)
         return out
 
-    def _order(self, traj: Trajectory, steps: list[int], batch_pos: np.ndarray | None) -> np.ndarray:
+    def _order(
+        self, traj: Trajectory, steps: list[int], batch_pos: np.ndarray | None
+    ) -> np.ndarray:
         ell = len(steps)
         if self.order == "chronological":
             return np.arange(ell, dtype=np.intp)
         if self.order == "random":
             rng = np.random.default_rng(
-                [self.seed & 0xFFFFFFFF, _stable_seed(traj.task_id), int(traj.slot) & 0xFFFFFFFF])
+                [self.seed & 0xFFFFFFFF, _stable_seed(traj.task_id), int(traj.slot) & 0xFFFFFFFF]
+            )
             return rng.permutation(ell).astype(np.intp)
         assert batch_pos is not None
         return np.argsort(batch_pos[steps], kind="stable").astype(np.intp)
@@ -424,7 +453,9 @@ class SCPO(Estimator):
         """
         return self._traces(groups)[0]
 
-    def _traces(self, groups: Sequence[Sequence[Trajectory]]) -> tuple[list[list[MatchTrace]], float]:
+    def _traces(
+        self, groups: Sequence[Sequence[Trajectory]]
+    ) -> tuple[list[list[MatchTrace]], float]:
         plans: list[tuple[int, list[int], list[tuple[int, list[int]]]] | None] = []
         requests: list[tuple[list[str], list[str]]] = []
         for group in groups:
@@ -434,7 +465,7 @@ class SCPO(Estimator):
             if not succ or not failed:
                 plans.append(None)
                 continue
-            ref = max(succ, key=lambda i: (len(group[i].steps), -i))   # longest; ties → first
+            ref = max(succ, key=lambda i: (len(group[i].steps), -i))  # longest; ties → first
             ref_steps = kept_steps(group[ref])
             ref_texts = [step_text(group[ref].steps[t]) for t in ref_steps]
             items = []
@@ -448,7 +479,7 @@ class SCPO(Estimator):
         seconds = 0.0
         if any(p is not None for p in plans):
             t0 = time.perf_counter()
-            mats = self.pair_scorer.score_matrices(requests)    # one scorer call per batch
+            mats = self.pair_scorer.score_matrices(requests)  # one scorer call per batch
             seconds = time.perf_counter() - t0
         batch_pos = self._batch_positions(groups) if self.order == "length" else None
         out: list[list[MatchTrace]] = []
@@ -461,7 +492,7 @@ class SCPO(Estimator):
             M_self = mats[k]
             k += 1
             _check_scores(M_self, g)
-            nxt = failure_table(M_self, self.theta) - 1      # once per reference
+            nxt = failure_table(M_self, self.theta) - 1  # once per reference
             traces = []
             for w, ws in items:
                 M = mats[k]
@@ -481,9 +512,9 @@ class SCPO(Estimator):
             for tr in traces:
                 credit[tr.failed][tr.failed_steps] = tr.credit
             returns = [step_returns(t, self.gamma) for t in group]
-            shaped = [r + self.alpha * c for r, c in zip(returns, credit)]   # Eq. 4: R̃ = R + α·r
+            shaped = [r + self.alpha * c for r, c in zip(returns, credit)]  # Eq. 4: R̃ = R + α·r
             a_s, stats = gigpo_step_advantages(group, self.gamma, self.norm, returns=shaped)
-            a_e = task_norm(group, self.norm, self.episode_norm)             # unshaped A_E
+            a_e = task_norm(group, self.norm, self.episode_norm)  # unshaped A_E
             adv = [self.episode_weight * e + self.step_weight * s for e, s in zip(a_e, a_s)]
             failed = len(traces)
             rows = sum(len(group[tr.failed].steps) for tr in traces)
@@ -496,7 +527,9 @@ class SCPO(Estimator):
                 credited_steps_per_failed=credited / failed if failed else 0.0,
                 aux_reward_sum=aux,
                 mean_aux_reward=aux / rows if rows else 0.0,
-                filtered_steps=int(sum(len(group[tr.failed].steps) - len(tr.failed_steps) for tr in traces)),
+                filtered_steps=int(
+                    sum(len(group[tr.failed].steps) - len(tr.failed_steps) for tr in traces)
+                ),
                 batch_scorer_seconds=scorer_seconds,
             )
             results.append(CreditResult(adv, shaped_rewards=shaped, stats=stats))
