@@ -597,3 +597,20 @@ def test_preference_stats_plot(tmp_path) -> None:
     assert [r.get_height() for r in a2.containers[0]] == [1.5]
     a.figure.savefig(tmp_path / "prefs.png")
     assert (tmp_path / "prefs.png").stat().st_size > 1000
+
+
+def test_comparisons_inspection_view() -> None:
+    from wrappers.credit.mcgpo import comparisons
+
+    comps = comparisons(base_group())
+    # 1 supported comparison in direction 0 and 4 in direction 1 (see test_base_group_hand_computed)
+    assert [(c.fold, c.rows, c.actions, c.contrast, c.support) for c in comps if c.fold == 0] == [
+        (0, ((0, 1), (2, 1)), ("a", "b"), 0.5, 2)
+    ]
+    assert sorted(c.rows for c in comps if c.fold == 1) == [
+        ((1, 1), (5, 1)),
+        ((1, 1), (7, 1)),
+        ((3, 1), (5, 1)),
+        ((3, 1), (7, 1)),
+    ]
+    assert all(c.qualified and c.level == "exact" and c.key == ("k", *SIG1) for c in comps)

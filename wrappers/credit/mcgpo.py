@@ -91,6 +91,7 @@ __all__ = [
     "LEVELS",
     "MCGPO",
     "Comparison",
+    "comparisons",
     "context_keys",
     "mcgpo_pairs",
     "summarize_pairs",
@@ -106,7 +107,7 @@ Row = tuple[int, int]  # (trajectory index in the group, step index)
 
 @dataclass(frozen=True)
 class Comparison:
-    """A supported candidate comparison before selection (for inspection and tests).
+    """A supported candidate comparison before selection (see :func:`comparisons`).
 
     Attributes:
         rows: The two rows ``((i, t), (j, u))`` with i < j (group trajectory indices).
@@ -517,6 +518,48 @@ def mcgpo_pairs(
         stats["mean_weight"] = stats["weight_sum"] / n
         stats["agreement"] = (stats["wins"] + stats["ties"] / 2) / n
     return prefs, stats
+
+
+def comparisons(
+    group: Sequence[Trajectory],
+    *,
+    min_support: int = 1,
+    epsilon: float = 0.10,
+    kappa: float = 2.0,
+    q_exact: float = 1.0,
+    q_coarse: float = 0.7,
+    success_threshold: float = 0.999,
+    evidence: str = "opposite",
+    keys: str = "joint",
+    shuffle_rubric: bool = False,
+    shuffle_seed: int = 0,
+) -> list[Comparison]:
+    """Every supported comparison of a group (both directions), before ε and selection.
+
+    The inspection view of :func:`mcgpo_pairs`: ``qualified`` marks those that pass ε;
+    :func:`mcgpo_pairs` then selects among the qualified ones.  Returns ``[]`` for a group
+    with missing keys.
+    """
+    check_choice("evidence", evidence, EVIDENCE)
+    ctx = context_keys(group, keys, shuffle_rubric=shuffle_rubric, shuffle_seed=shuffle_seed)
+    if ctx is None:
+        return []
+    success = np.array([t.score >= success_threshold for t in group], dtype=bool)
+    prep = _prepare(group, ctx)
+    q = {"exact": float(q_exact), "coarse": float(q_coarse)}
+    out: list[Comparison] = []
+    for c in (0, 1):
+        out += _comparisons(
+            prep,
+            c,
+            success,
+            min_support=min_support,
+            epsilon=epsilon,
+            kappa=kappa,
+            q=q,
+            evidence=evidence,
+        )[1]
+    return out
 
 
 def summarize_pairs(results: Sequence[CreditResult]) -> dict[str, float]:

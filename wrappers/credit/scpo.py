@@ -7,6 +7,8 @@ steps of each failed sibling a non-negative auxiliary reward for new progress al
    τ_succ = ``success_threshold``: 0 for ALFWorld's binary reward, 9.0 for WebShop's
    10-point scale); the reference τ* = argmax_{i∈S} |τ_i| (the longest; ties → the first
    trajectory of the group).  Groups with S = ∅ (or no failed sibling) are left unshaped.
+   (SPEC §4.5 says "score > τ_succ"; the paper's R(τ) is the summed task reward, which
+   is what τ_succ = 9.0 on WebShop's 10-point scale refers to, so we compare O_i.)
 2. **Step text** [SCPO App. A.5]: x_t = ``action ‖ feedback`` (the action and the
    observation it produced, :func:`step_text`).  Invalid actions (``Step.valid`` false) and
    no-op feedback ("Nothing happens.", :data:`NOOP_FEEDBACK`) are filtered out, giving a
