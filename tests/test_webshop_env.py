@@ -56,7 +56,8 @@ def test_reset_info_contract(mini):
     assert set(info["rubric"]) == {Q, O, T, A, U, P, R, B, K, S, "scorer_error"}
     assert not any(info["rubric"].values())
     assert info["signature"] == ("", "Q")
-    assert info["keys"]["exact"] == ("start", None, None, (), frozenset(), frozenset({Q}))
+    assert info["keys"]["exact"] == ("start", None, None, ())
+    assert info["keys"]["signature"] == (frozenset(), frozenset({Q}))
     assert (info["won"], info["score"], info["valid"], info["task_reward"], info["penalty"]) == (
         False, 0.0, True, 0.0, 0.0)
     assert info["state_key"] == obs
@@ -78,7 +79,8 @@ def test_hand_checked_episode_channels_keys_and_eq19(mini):
                    " [SEP] B000000004 [SEP] Acme Running Socks Pack [SEP] $12.0 to $16.0")
     assert info["rubric"][Q] and not info["rubric"][O]
     assert info["signature"] == ("Q", "O")
-    assert info["keys"]["exact"] == ("results", "running shoes", None, (), frozenset({Q}), frozenset({O}))
+    assert info["keys"]["exact"] == ("results", "running shoes", None, ())
+    assert info["keys"]["signature"] == (frozenset({Q}), frozenset({O}))
     # goal tokens (stemmed, filler/price removed): run shoe breathabl mesh arch support navi blue
     # size 10 -> 10 tokens; 'running shoes' covers 2 -> 0.2 -> bin 1; titles cover the same 2
     assert info["action_key"] == "search:1"

@@ -16,7 +16,9 @@ Channels [MCGPO Table 16] after a transition:
   (purchase with score >= 0.999);
 * ``scorer_error`` E (diagnostic) — the scorer raised; the match channels stay 0.
 
-Keys [MCGPO Table 5], each extended with the rubric signature (C, F):
+Keys [MCGPO Table 5]; the environment reports them as
+``{"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}`` (the convention
+:mod:`wrappers.credit.mcgpo` documents), so the matching context g = (h, C, F):
 
 * exact: (page type, search query, product id, selected options);
 * coarse: (page type, searched flag, product-open flag, bins of T/A/U, price satisfaction),
@@ -44,7 +46,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent_envs.webshop.session import PageSnapshot, parse_action
-from rubrics import Signature
 
 __all__ = [
     "CHANNEL_NAMES",
@@ -113,17 +114,16 @@ def score_bin(value: float) -> int:
     return int(round(4 * min(1.0, max(0.0, v))))
 
 
-def exact_key(snap: PageSnapshot, sig: Signature) -> tuple:
-    """(page, query, product id, selected options, C, F)."""
-    return (snap.page, snap.keywords, snap.asin, tuple(sorted(snap.options.items())),
-            sig.active, sig.frontier)
+def exact_key(snap: PageSnapshot) -> tuple:
+    """(page, query, product id, selected options)."""
+    return (snap.page, snap.keywords, snap.asin, tuple(sorted(snap.options.items())))
 
 
-def coarse_key(snap: PageSnapshot, status: Mapping[str, Any], sig: Signature) -> tuple:
-    """(page, searched, product-open, bin T, bin A, bin U, price ok, C, F)."""
+def coarse_key(snap: PageSnapshot, status: Mapping[str, Any]) -> tuple:
+    """(page, searched, product-open, bin T, bin A, bin U, price ok)."""
     return (snap.page, bool(status["search_issued"]), bool(status["product_opened"]),
             score_bin(status["type_match"]), score_bin(status["attribute_match"]),
-            score_bin(status["option_match"]), bool(status["price_ok"]), sig.active, sig.frontier)
+            score_bin(status["option_match"]), bool(status["price_ok"]))
 
 
 def _words(text: str) -> list[str]:
