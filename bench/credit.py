@@ -27,18 +27,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-import inspect  # noqa: E402
-import random  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from pathlib import Path  # noqa: E402
+import inspect
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent_envs.trajectory import Step, Trajectory, load_jsonl  # noqa: E402
-from wrappers.credit import available_estimators, get_estimator  # noqa: E402
-from wrappers.credit.base import _REGISTRY, validate_groups  # noqa: E402
-from wrappers.credit.graph import TransitionGraph  # noqa: E402
+from agent_envs.trajectory import Step, Trajectory, load_jsonl
+from wrappers.credit import available_estimators, get_estimator
+from wrappers.credit.base import _REGISTRY, validate_groups
+from wrappers.credit.flat import flat_advantages
+from wrappers.credit.graph import TransitionGraph
 
 TARGET_MS = 20.0
 LOCATIONS = 5
@@ -80,6 +81,21 @@ def synthetic_trajectory(rng: random.Random, task: int, slot: int, length: int, 
 def synthetic_batch(groups: int, size: int, lengths: tuple[int, int], seed: int, fixed: bool = False) -> list[list[Trajectory]]:
     rng = random.Random(seed)
     return [[synthetic_trajectory(rng, g, i, rng.randint(*lengths), fixed) for i in range(size)] for g in range(groups)]
+
+
+def flat_columns(groups: list[list[Trajectory]]) -> dict[str, list]:
+    """The batch as flat step-row columns (what an RL library's batch holds)."""
+    cols: dict[str, list] = {k: [] for k in ("group_id", "traj_id", "step_index", "state_key", "next_state_key",
+                                            "action", "reward", "penalty", "valid", "slot")}
+    for g, group in enumerate(groups):
+        for t in group:
+            for k, s in enumerate(t.steps):
+                for name, value in (("group_id", g), ("traj_id", (g, t.slot)), ("step_index", k),
+                                    ("state_key", s.state_key), ("next_state_key", s.next_state_key),
+                                    ("action", s.action), ("reward", s.reward), ("penalty", s.penalty),
+                                    ("valid", s.valid), ("slot", t.slot)):
+                    cols[name].append(value)
+    return cols
 
 
 def tile(groups: list[list[Trajectory]], n: int) -> list[list[Trajectory]]:
@@ -151,14 +167,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in names:
         est = build(name, args.scpo_scorer)
         rows.append((name, est))
+    if "graphgpo" in names:  # the flat step-row path: regrouping rows into Trajectory objects + GraphGPO
+        cols_of = {id(b): flat_columns(b) for _, b in sizes}
+        rows.append(("graphgpo (flat rows)", lambda b: flat_advantages("graphgpo", **cols_of[id(b)])))
     for label, fn in rows:
         rep = {k: max(1, args.repeats if k != "16x" else max(1, args.repeats // 3)) for k, _ in sizes}
-        ms = {k: best_ms(lambda b=b: fn(b), rep[k]) for k, b in sizes}
+        ms = {k: best_ms(lambda b=b, fn=fn: fn(b), rep[k]) for k, b in sizes}
         # the estimator's own work, without the input validation every call starts with
-        bare = best_ms(lambda: fn.compute(base), args.repeats) if hasattr(fn, "compute") else ms["16x8x30"]
+        bare = best_ms(lambda fn=fn: fn.compute(base), args.repeats) if hasattr(fn, "compute") else ms["16x8x30"]
         target_ms = ms["16x8x30"]
         note = ""
-        if label == "scpo" or "scorer" in getattr(fn, "params", lambda: {})():
+        if label == "scpo" or "scorer" in getattr(fn, "params", dict)():
             s = scorer_ms(label, fn, base)
             if s is not None:
                 target_ms = ms["16x8x30"] - s

@@ -85,7 +85,7 @@ def test_advantages_by_hand_alfworld_preset() -> None:
     # s1 rows (τ0, τ1): r^G {2, 0}, r^M {2.41667, 0}; s3, s2, s4 singletons -> 0.
     g_s1, mix_s1 = norm([RG[0][1], RG[1][1]]), norm([RM[0][1], RM[1][1]])
     eta = 0.2
-    step = lambda ag, am: ag + eta * (am - ag)  # noqa: E731
+    step = lambda ag, am: ag + eta * (am - ag)
     np.testing.assert_allclose(c.step[0], [step(0, mix_s0[0]), step(g_s1[0], mix_s1[0]), 0.0], rtol=1e-12)
     np.testing.assert_allclose(c.step[1], [step(0, mix_s0[1]), step(g_s1[1], mix_s1[1]), 0.0], rtol=1e-12)
     np.testing.assert_allclose(c.step[2], [step(0, mix_s0[2]), 0.0], rtol=1e-12, atol=1e-15)

@@ -61,7 +61,7 @@ import numpy as np
 from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditInputError, CreditResult, Estimator, get_estimator
 
-__all__ = ["FlatBatch", "FlatCredit", "flat_batch", "flat_credit", "flat_advantages"]
+__all__ = ["FlatBatch", "FlatCredit", "flat_advantages", "flat_batch", "flat_credit"]
 
 
 @dataclass

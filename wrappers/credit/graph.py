@@ -38,6 +38,7 @@ import heapq
 from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -47,17 +48,17 @@ from wrappers.credit.common import EPS, check_choice
 
 __all__ = [
     "SUCCESS",
-    "Terminal",
     "UNREACHABLE",
     "RowTable",
+    "Terminal",
     "TransitionGraph",
-    "segment_normalize",
-    "segment_max",
+    "compress_keys",
+    "count_pairs",
     "graph_stats",
     "graph_stats_batch",
-    "count_pairs",
     "group_pairs",
-    "compress_keys",
+    "segment_max",
+    "segment_normalize",
 ]
 
 #: Conventions for states that cannot reach success: GraphGPO's max finite distance + 1,
@@ -70,7 +71,7 @@ class _SuccessNode:
 
     _instance: _SuccessNode | None = None
 
-    def __new__(cls) -> _SuccessNode:
+    def __new__(cls) -> _SuccessNode:  # noqa: PYI034  (a singleton)
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -215,13 +216,12 @@ class RowTable:
     def split(self, values: np.ndarray) -> list[np.ndarray]:
         """Split a per-row array into one array per trajectory (all groups, in order)."""
         values = np.asarray(values, dtype=np.float64)
-        return [values[a:b] for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+        return [values[a:b] for a, b in pairwise(self.offsets.tolist())]
 
     def split_groups(self, values: np.ndarray) -> list[list[np.ndarray]]:
         """Split a per-row array into ``[group][trajectory]`` arrays."""
         per_traj = self.split(values)
-        bounds = self.group_traj.tolist()
-        return [per_traj[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return [per_traj[a:b] for a, b in pairwise(self.group_traj.tolist())]
 
     def outcomes(self) -> np.ndarray:
         """O_i = Σ_t reward_{i,t} per trajectory."""
@@ -248,8 +248,7 @@ class RowTable:
         rew = self.reward.tolist()
         pen = self.penalty.tolist()
         out = [0.0] * len(rew)
-        off = self.offsets.tolist()
-        for a, b in zip(off[:-1], off[1:]):
+        for a, b in pairwise(self.offsets.tolist()):
             acc = 0.0
             for t in range(b - 1, a - 1, -1):
                 acc = rew[t] + gamma * acc

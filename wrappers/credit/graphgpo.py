@@ -32,7 +32,7 @@ from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graph import UNREACHABLE, TransitionGraph, graph_stats_batch, segment_normalize
 
-__all__ = ["GraphGPO", "GraphCredit", "graphgpo_batch", "graphgpo_credit"]
+__all__ = ["GraphCredit", "GraphGPO", "graphgpo_batch", "graphgpo_credit"]
 
 
 @dataclass

@@ -63,7 +63,7 @@ from wrappers.credit.graph import (
     segment_normalize,
 )
 
-__all__ = ["MileGPO", "MileCredit", "PRESETS", "milegpo_batch", "milegpo_credit"]
+__all__ = ["PRESETS", "MileCredit", "MileGPO", "milegpo_batch", "milegpo_credit"]
 
 #: Table 5 values shared by both environments.
 _SHARED: dict[str, float] = {
