@@ -33,7 +33,7 @@ __all__ = ["plot_graph"]
 def _new_axes(ax: Axes | None, figsize: tuple[float, float]) -> Axes:
     if ax is not None:
         return ax
-    from matplotlib.figure import Figure  # noqa: PLC0415  (lazy: keep `import wrappers` light)
+    from matplotlib.figure import Figure  # lazy: keep `import wrappers` light
 
     return Figure(figsize=figsize, layout="constrained").add_subplot()
 
@@ -90,7 +90,7 @@ def plot_graph(
         >>> ax.get_title().splitlines()[0]
         'GraphGPO graph: 3 states, 4 edges, reuse 0.50, reachable 0.67, ties 0.00'
     """
-    import matplotlib as mpl  # noqa: PLC0415
+    import matplotlib as mpl
 
     g = TransitionGraph(group)
     ax = _new_axes(ax, (8.0, 5.0))
