@@ -154,11 +154,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     steps = {k: sum(len(t.steps) for g in b for t in g) for k, b in sizes}
     wins = sum(t.success for g in base for t in g) / sum(len(g) for g in base)
     print(f"rollouts: {source}; steps per batch: " + ", ".join(f"{k} {v}" for k, v in steps.items())
-          + f"; success rate (16x8x30) {wins:.2f}; best of {args.repeats} on one core\n")
+          + f"; success rate (16x8x30) {wins:.2f}; best of {args.repeats} on one core"
+          + (f"; load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "") + "\n")
 
     names = args.estimators or available_estimators()
     head = (f"{'estimator':<22}{'16x8x30 ms':>11}{'us/step':>9}{'no-valid.':>10}{'10-50 ms':>10}{'4x ms':>9}"
-            f"{'16x ms':>9}{'4x/1x':>7}{'16x/1x':>8}{'us/step 16x':>13}  target")
+            f"{'16x ms':>9}{'us/step 1x/4x/16x':>20}{'growth':>8}  target")
     print(head)
     print("-" * len(head))
     rows: list[tuple[str, Callable[[list[list[Trajectory]]], object]]] = []
@@ -183,12 +184,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 target_ms = ms["16x8x30"] - s
                 note = f" (without scorer {target_ms:.1f} ms)"
         ok = "ok" if target_ms < TARGET_MS else "SLOW"
+        per = [1e3 * ms[k] / steps[k] for k in ("16x8x10-50", "4x", "16x")]
         print(f"{label:<22}{ms['16x8x30']:>11.2f}{1e3 * ms['16x8x30'] / steps['16x8x30']:>9.2f}{bare:>10.2f}"
               f"{ms['16x8x10-50']:>10.2f}{ms['4x']:>9.2f}{ms['16x']:>9.2f}"
-              f"{ms['4x'] / ms['16x8x10-50']:>7.2f}{ms['16x'] / ms['16x8x10-50']:>8.2f}"
-              f"{1e3 * ms['16x'] / steps['16x']:>13.2f}  {ok}{note}")
+              f"{'/'.join(f'{x:.2f}' for x in per):>20}{per[2] / per[0]:>8.2f}  {ok}{note}")
     print(f"\nno-valid.: the 16x8x30 time of Estimator.compute alone (every call first runs validate_groups);"
-          f"\nratios 4x/1x and 16x/1x are against the 16x8x10-50 batch (linear growth: about 4 and 16);"
+          f"\nus/step 1x/4x/16x: time per step on the 16x8x10-50 batch and at 4x and 16x its groups;"
+          f" growth = (us/step at 16x)/(us/step at 1x), 1.0 is linear;"
           f" target: < {TARGET_MS:g} ms at 16x8x30 (GraphGPO paper: 133 ms graph stage per iteration)")
 
 
