@@ -232,10 +232,28 @@ def validate_groups(groups: Sequence[Sequence[Trajectory]]) -> None:
                 )
             slots[traj.slot] = i
             _check_finite(traj.score, f"{where}: score")
-            for t, step in enumerate(traj.steps):
-                at = f"{where}, step {t}"
-                _check_finite(step.reward, f"{at}: reward")
-                _check_finite(step.penalty, f"{at}: penalty")
-                _check_hashable(step.state_key, f"{at}: state_key")
-                _check_hashable(step.action_key, f"{at}: action_key")
-                _check_hashable(step.next_state_key, f"{at}: next_state_key")
+            if not _steps_look_valid(traj):
+                for t, step in enumerate(traj.steps):  # slow path: name the first bad step
+                    at = f"{where}, step {t}"
+                    _check_finite(step.reward, f"{at}: reward")
+                    _check_finite(step.penalty, f"{at}: penalty")
+                    _check_hashable(step.state_key, f"{at}: state_key")
+                    _check_hashable(step.action_key, f"{at}: action_key")
+                    _check_hashable(step.next_state_key, f"{at}: next_state_key")
+
+
+def _steps_look_valid(traj: Trajectory) -> bool:
+    """Fast check of a whole trajectory; ``False`` sends the caller to the naming slow path.
+
+    A sum of rewards and penalties is finite only if every term is; hashing one tuple of
+    all keys fails if any key is unhashable.
+    """
+    steps = traj.steps
+    try:
+        total = math.fsum(s.reward for s in steps) + math.fsum(s.penalty for s in steps)
+        hash(tuple((s.state_key, s.action_key, s.next_state_key) for s in steps))
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return math.isfinite(total) and all(
+        type(s.reward) is float and type(s.penalty) is float for s in steps
+    )
