@@ -348,17 +348,22 @@ class TransitionGraph(RowTable):
         pairs = np.unique(self.src * nn + self.dst) if self.src.size else np.zeros(0, np.intp)
         self.edge_u = pairs // nn
         self.edge_v = pairs % nn
-        succ: list[list[int]] = [[] for _ in range(self.n_nodes)]
         pred: list[list[int]] = [[] for _ in range(self.n_nodes)]
         for u, v in zip(self.edge_u.tolist(), self.edge_v.tolist()):
-            succ[u].append(v)
             pred[v].append(u)
-        self.succ = succ
         self.pred = pred
         self._real = np.fromiter((not (k is SUCCESS or type(k) is Terminal) for k in keys), bool, len(keys))
         self._d_success: np.ndarray | None = None
 
     # -- basic views -------------------------------------------------------------------
+    @property
+    def succ(self) -> list[list[int]]:
+        """Distinct successors of every node (built on use; distances only need :attr:`pred`)."""
+        out: list[list[int]] = [[] for _ in range(self.n_nodes)]
+        for u, v in zip(self.edge_u.tolist(), self.edge_v.tolist()):
+            out[u].append(v)
+        return out
+
     @property
     def indices(self) -> list[dict[Hashable, int]]:
         """Per group, state key → (batch) node index."""
