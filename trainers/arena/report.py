@@ -285,6 +285,7 @@ def summarize(
             [rec for s in seeds for rec in by_method[method][s].train]
         )
         entry["seconds"] = float(np.mean([(by_method[method][s].end or {}).get("seconds", float("nan")) for s in seeds]))
+        entry["cpu_seconds"] = float(np.mean([(by_method[method][s].end or {}).get("cpu_seconds", float("nan")) for s in seeds]))
         out["methods"][method] = entry
     base = per_method_readouts[baseline]
     for method in methods:
@@ -319,7 +320,8 @@ def write_markdown(summary: Mapping[str, Any], path: str | Path, *, title: str =
     """Write the results table (percent, mean ± sample SD over seeds) and return its text.
 
     The first table has one row per method: L5, normalised AUC, final and initial
-    success, WebShop-style score L5, validation invalid rate, seeds, seconds per run.  The
+    success, WebShop-style score L5, validation invalid rate, seeds, wall and CPU seconds per
+    run (wall time depends on what else the machine runs; CPU time much less).  The
     second gives paired differences to the baseline with 95% Student-t intervals.
     """
     base = summary["baseline"]
@@ -327,15 +329,17 @@ def write_markdown(summary: Mapping[str, Any], path: str | Path, *, title: str =
     if preamble:
         lines += [preamble, ""]
     lines += [
-        "| method | L5 success (%) | norm. AUC (%) | final (%) | initial (%) | score L5 (%) | invalid (%) | seeds | s/run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | L5 success (%) | norm. AUC (%) | final (%) | initial (%) | score L5 (%) | invalid (%) | seeds | s/run | CPU s/run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, e in summary["methods"].items():
         secs = e.get("seconds", float("nan"))
+        cpu = e.get("cpu_seconds", float("nan"))
         lines.append(
             f"| {method} | {_pm(e['L5'])} | {_pm(e['AUC'])} | {_pm(e['final'])} | {_pm(e['initial'])} "
             f"| {_pm(e['score_L5'])} | {_pct(e['invalid_rate']['mean'])} | {len(e['seeds'])} "
-            f"| {'n/a' if not math.isfinite(secs) else f'{secs:.0f}'} |"
+            f"| {'n/a' if not math.isfinite(secs) else f'{secs:.0f}'} "
+            f"| {'n/a' if not math.isfinite(cpu) else f'{cpu:.0f}'} |"
         )
     if summary["paired"]:
         lines += [

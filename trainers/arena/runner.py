@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from agent_envs.trajectory import Step, Trajectory
+from trainers.arena.memo import EpisodeMemo
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
 from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
@@ -52,6 +53,11 @@ __all__ = [
     "ENV_PRESETS",
     "ArenaConfig",
     "DecisionRecord",
+    "make_arena_env",
+    "resolve_tasks",
+    "search_queries",
+    "expand_actions",
+    "matching_keys",
     "play_episode",
     "run_one",
     "run_arena",
@@ -73,9 +79,11 @@ class EnvPreset:
         family: ``"alfworld"`` or ``"webshop"`` (estimator defaults).
         make_kwargs: Keyword arguments of ``gym.make``.
         train_split: ``options["split"]`` of training resets (``None``: the env's own).
-        val_split: ``options["split"]`` of validation resets.
-        val_offset: First task index of the validation set inside ``val_split`` (used when
-            training and validation share a split, so the two sets are disjoint).
+        val_split: ``options["split"]`` of validation resets.  When it equals
+            ``train_split`` the validation tasks are the ones after the training pool in the
+            fixed task order, so the two sets are disjoint.
+        generated_n: For generated ALFWorld games: pass ``generated_n`` = max(this, training
+            pool + validation set) to ``gym.make``.
         max_steps: Arena default horizon (the environment's ``max_steps``).
     """
 
@@ -84,7 +92,7 @@ class EnvPreset:
     make_kwargs: Mapping[str, Any] = field(default_factory=dict)
     train_split: str | None = None
     val_split: str | None = None
-    val_offset: int = 0
+    generated_n: int | None = None
     max_steps: int = 20
 
 
@@ -92,7 +100,7 @@ class EnvPreset:
 ENV_PRESETS: dict[str, EnvPreset] = {
     "alfworld-generated": EnvPreset(
         "ALFWorld-Rubric-v0", "alfworld", {"split": "generated"}, "generated", "generated",
-        val_offset=10_000, max_steps=20,
+        generated_n=60, max_steps=20,
     ),
     "alfworld": EnvPreset(
         "ALFWorld-Rubric-v0", "alfworld", {"split": "train"}, "train", "valid_seen", max_steps=30,
@@ -114,8 +122,8 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "alfworld-generated": {},
     "alfworld": {},
     "alfworld-unseen": {},
-    "webshop": {},
-    "webshop-generated": {},
+    "webshop": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "lr": 0.05},
+    "webshop-generated": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "lr": 0.05},
 }
 
 
@@ -143,6 +151,8 @@ class ArenaConfig:
         estimator_params: Extra estimator parameters applied to every method.
         scpo_scorer: SCPO's scorer spec (``lexical`` by default in the arena).
         save_rollouts: Also write each update's trajectories as JSON Lines.
+        memo: Answer repeated (task, action history) prefixes from memory
+            (:class:`~trainers.arena.memo.EpisodeMemo`; changes speed, never results).
     """
 
     env: str = "alfworld-generated"
@@ -168,6 +178,7 @@ class ArenaConfig:
     estimator_params: dict[str, Any] = field(default_factory=dict)
     scpo_scorer: str = "lexical"
     save_rollouts: bool = False
+    memo: bool = True
 
     def __post_init__(self) -> None:
         if self.env not in ENV_PRESETS:
@@ -247,41 +258,58 @@ class DecisionRecord:
 _ENV_CACHE: dict[tuple[str, str], Any] = {}
 
 
-def _make_env(preset: EnvPreset, max_steps: int) -> Any:
-    """One environment per (preset, horizon) per process, reused across runs."""
-    key = (json.dumps([preset.env_id, dict(preset.make_kwargs)], sort_keys=True, default=str), str(max_steps))
+def make_arena_env(cfg: ArenaConfig) -> Any:
+    """The environment of ``cfg``; one per (environment, arguments) per process, reused
+    across runs (an environment's episodes depend only on the task and the actions)."""
+    preset = cfg.preset
+    kwargs = dict(preset.make_kwargs)
+    kwargs["max_steps"] = cfg.horizon
+    if preset.generated_n is not None:
+        kwargs["generated_n"] = max(preset.generated_n, cfg.train_tasks + cfg.val_tasks)
+    key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
     env = _ENV_CACHE.get(key)
     if env is None:
         import gymnasium as gym  # noqa: PLC0415
 
         import agent_envs  # noqa: F401, PLC0415  (registers the environments)
 
-        env = gym.make(preset.env_id, max_steps=max_steps, **dict(preset.make_kwargs))
+        env = gym.make(preset.env_id, **kwargs)
+        if cfg.memo:
+            env = EpisodeMemo(env)
         _ENV_CACHE[key] = env
     return env
 
 
-def resolve_tasks(env: Any, split: str | None, n: int, offset: int = 0) -> list[Any]:
-    """The ``n`` task references ``offset .. offset+n-1`` of ``split``.
+#: Seed of the fixed task order of splits listed by ``task_ids`` (the same for every run).
+TASK_ORDER_SEED = 20_240_601
 
-    Environments with ``split_range(split)`` (WebShop: goal indices per split) map the
-    positions into that range; otherwise positions are passed as task indices with the
-    split in the reset options.
+
+def resolve_tasks(env: Any, split: str | None, n: int, offset: int = 0) -> list[Any]:
+    """The ``n`` task references at positions ``offset .. offset+n-1`` of ``split``.
+
+    * Environments with ``task_ids(split)`` (ALFWorld: ids sorted by folder name, hence
+      grouped by task type) are put in a fixed seeded order first (:data:`TASK_ORDER_SEED`,
+      independent of the training seed), so any prefix mixes the task types, and positions
+      map to task ids.
+    * Environments with ``split_range(split)`` (WebShop: goal indices of the split, already
+      shuffled upstream) map positions into that range.
+    * Otherwise positions are passed as task indices.
 
     Raises:
         ValueError: the split holds fewer than ``offset + n`` tasks.
     """
     base = getattr(env, "unwrapped", env)
+    if hasattr(base, "task_ids"):
+        ids = list(base.task_ids(split) if split is not None else base.task_ids())
+        if offset + n > len(ids):
+            raise ValueError(f"split {split!r} has {len(ids)} tasks; the arena asked for {offset + n}")
+        order = np.random.default_rng(TASK_ORDER_SEED).permutation(len(ids))
+        return [ids[int(order[offset + k])] for k in range(n)]
     if hasattr(base, "split_range") and split is not None:
         rng = base.split_range(split)
         if offset + n > len(rng):
             raise ValueError(f"split {split!r} has {len(rng)} tasks; the arena asked for {offset + n}")
         return [int(rng[offset + k]) for k in range(n)]
-    count = getattr(base, "num_tasks", None)
-    if callable(count):
-        total = int(count(split)) if split is not None else int(count())
-        if offset + n > total:
-            raise ValueError(f"split {split!r} has {total} tasks; the arena asked for {offset + n}")
     return [offset + k for k in range(n)]
 
 
@@ -586,6 +614,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     from trainers.arena.report import RunMetrics  # noqa: PLC0415
 
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
     preset = cfg.preset
     spec: MethodSpec = resolve_method(method, preset.family, cfg.estimator_params, scpo_scorer=cfg.scpo_scorer)
     estimator = spec.build()
@@ -594,9 +623,10 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.jsonl"
     tmp_path = run_dir / "metrics.jsonl.partial"
-    env = _make_env(preset, cfg.horizon)
+    env = make_arena_env(cfg)
     train_pool = resolve_tasks(env, preset.train_split, cfg.train_tasks)
-    val_set = resolve_tasks(env, preset.val_split, cfg.val_tasks, preset.val_offset)
+    val_offset = cfg.train_tasks if preset.val_split == preset.train_split else 0
+    val_set = resolve_tasks(env, preset.val_split, cfg.val_tasks, val_offset)
     featurizer = Featurizer(cfg.dim)
     policy = LinearSoftmaxPolicy(cfg.dim)
     reference = policy.copy()
@@ -691,7 +721,10 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 run.evals.append(rec)
                 emit(rec)
                 log.info("%s seed %d update %d: validation success %.3f", method, seed, update, rec["success"])
-        end = {"kind": "end", "readouts": run.readouts(), "seconds": time.perf_counter() - t_start}
+        end = {"kind": "end", "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
+               "cpu_seconds": time.process_time() - cpu_start}
+        if isinstance(env, EpisodeMemo):
+            end["time"] = env.stats()  # process-wide counters: depend on what ran before
         emit(end)
     os.replace(tmp_path, metrics_path)
     return end

@@ -1,0 +1,127 @@
+"""Memoised episodes: replay a deterministic environment's known action histories for free.
+
+The rubricgym environments are deterministic given the reset arguments and the actions
+taken (SPEC §2), so the result of ``step(a)`` after ``reset(seed, options)`` and actions
+``a_1 … a_k`` can be reused whenever the same history comes up again — later siblings, later
+updates, other seeds and other methods of a comparison play the same tasks.  As the arena
+policy sharpens, whole episodes repeat (validation at temperature 0.4 especially).
+
+:class:`EpisodeMemo` wraps an environment: a known history is answered from the memo
+without touching the engine; the real environment is brought to the current history only
+when an unknown step is needed (reset, then replay of the not-yet-executed actions), so the
+engine does at most the work it would have done without the memo.
+
+Results are never changed by the memo — only time.  ``tests/test_arena_memo.py`` checks
+that memoised and direct episodes are identical.
+
+Example:
+    >>> import gymnasium as gym, agent_envs                                     # doctest: +SKIP
+    >>> env = EpisodeMemo(gym.make("WebShop-Rubric-v0"))                        # doctest: +SKIP
+    >>> obs, info = env.reset(seed=0, options={"task": 300})                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["EpisodeMemo"]
+
+
+class EpisodeMemo:
+    """Answers repeated (reset, action history) prefixes of a deterministic env from memory.
+
+    Args:
+        env: The environment (Gymnasium API: ``reset(seed=, options=)``, ``step(action)``).
+        max_entries: Stop memoising new steps beyond this many (memory bound; behaviour is
+            unaffected, only speed).
+
+    Attributes:
+        hits: Steps and resets answered from the memo.
+        misses: Steps and resets that ran the real environment (replays excluded).
+        replayed: Actions re-executed to bring the real environment to a history.
+    """
+
+    def __init__(self, env: Any, max_entries: int = 200_000) -> None:
+        self.env = env
+        self.max_entries = int(max_entries)
+        self._memo: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self._reset_args: tuple[int | None, dict[str, Any] | None] | None = None
+        self._reset_key = ""
+        self._history: tuple[str, ...] = ()
+        self._real: tuple[str, ...] | None = None  # history the real env is at (None: stale)
+        self._real_key = ""
+        self.hits = 0
+        self.misses = 0
+        self.replayed = 0
+
+    @property
+    def unwrapped(self) -> Any:
+        """The innermost environment."""
+        return self.env.unwrapped
+
+    def __len__(self) -> int:
+        return len(self._memo)
+
+    def _store(self, key: tuple[str, tuple[str, ...]], value: Any) -> None:
+        if len(self._memo) < self.max_entries:
+            self._memo[key] = value
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        """``env.reset`` (from the memo when these arguments were seen before)."""
+        self._reset_args = (seed, None if options is None else dict(options))
+        self._reset_key = json.dumps([seed, options], sort_keys=True, default=str)
+        self._history = ()
+        key = (self._reset_key, ())
+        cached = self._memo.get(key)
+        if cached is not None:
+            self.hits += 1
+            return cached
+        self.misses += 1
+        result = self.env.reset(seed=seed, options=options)
+        self._real, self._real_key = (), self._reset_key
+        self._store(key, result)
+        return result
+
+    def _sync(self) -> None:
+        """Bring the real environment to the current history."""
+        real = self._real
+        if real is None or self._real_key != self._reset_key or real != self._history[: len(real)]:
+            assert self._reset_args is not None
+            seed, options = self._reset_args
+            self.env.reset(seed=seed, options=options)
+            real = ()
+            self._real_key = self._reset_key
+        for action in self._history[len(real):]:
+            self.env.step(action)
+            self.replayed += 1
+        self._real = self._history
+
+    def step(self, action: str) -> Any:
+        """``env.step`` (from the memo when this history was seen before)."""
+        if self._reset_args is None:
+            raise RuntimeError("call reset() before step()")
+        history = self._history + (action,)
+        key = (self._reset_key, history)
+        cached = self._memo.get(key)
+        if cached is not None:
+            self.hits += 1
+            self._history = history
+            return cached
+        self._sync()
+        self.misses += 1
+        result = self.env.step(action)
+        self._history = history
+        self._real = history
+        self._store(key, result)
+        return result
+
+    def stats(self) -> dict[str, float]:
+        """Hit rate and counters."""
+        total = self.hits + self.misses
+        return {"memo_hits": self.hits, "memo_misses": self.misses, "memo_replayed": self.replayed,
+                "memo_hit_rate": self.hits / total if total else 0.0, "memo_entries": len(self._memo)}
+
+    def close(self) -> None:
+        """Close the wrapped environment."""
+        self.env.close()
