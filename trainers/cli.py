@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "agent_envs.cli",
     "agent_envs.alfworld.cli",
     "agent_envs.webshop.cli",
+    "agent_envs.webshop.serve_cli",
     "trainers.train_cli",
     "trainers.arena_cli",
 )

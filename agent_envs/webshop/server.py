@@ -1,0 +1,691 @@
+"""The WebShop shop as a real Flask web application (server mode).
+
+One :class:`~agent_envs.webshop.session.ShopSession` per client id, over the process-wide
+shared catalogue, served two ways:
+
+* **HTML pages for people and browsers**, on upstream WebShop's routes::
+
+      /<session>                                              start page (GET), search (POST)
+      /search_results/<session>/<keywords>/<page>
+      /item_page/<session>/<asin>/<keywords>/<page>/<options>
+      /item_sub_page/<session>/<asin>/<keywords>/<page>/<sub_page>/<options>
+      /done/<session>/<asin>/<options>                        purchase (POST, or GET as upstream)
+
+  with upstream's DOM hooks (``#search_input``, ``.btn``, ``.product-link``, radio
+  ``input[value]`` with ``label[for]``, ``button.purchase``, ``#instruction-text h4``,
+  ``#reward pre``).  Every visible node of :meth:`ShopSession.nodes` is one DOM element
+  carrying ``data-role`` (and ``data-clicked``/``data-group``), in order, so a browser reading
+  the DOM rebuilds exactly the ``text``/``text_rich`` observations of the embedded engine.
+  Pages load only local assets (one stylesheet, one optional five-line script); everything
+  works without JavaScript.
+
+* **a JSON API** for ``WebShop-Rubric-v0(server_url=...)``::
+
+      GET    /healthz                       {"status": "ok", ...}
+      POST   /api/<session>/reset           {"task": int, "kind": "human", "instruction": ..., "tagger": ...}
+      POST   /api/<session>/step            {"action": "click[buy now]"} -> {"outcome", "snapshot"}
+      GET    /api/<session>/snapshot        {"snapshot": PageSnapshot.to_dict()}
+      DELETE /api/<session>                 forget the session
+
+Safety: Jinja autoescaping on every template; keywords, asins and options travel in URLs as
+percent-encoded path segments (:func:`encode_segment`); request bodies are capped
+(``MAX_CONTENT_LENGTH``), URLs, session ids, keywords and actions have length limits, and
+every malformed or oversize request gets a 4xx answer with a message (never a 5xx).  Pages
+send a restrictive Content-Security-Policy.  Sessions live in a thread-safe LRU store, each
+with its own lock, so concurrent clients never see each other's state.
+
+Example:
+    >>> from agent_envs.webshop.catalogue import CatalogueSpec
+    >>> app = create_app(CatalogueSpec(num_products=120), tagger="lexicon")
+    >>> client = app.test_client()
+    >>> client.get("/healthz").json["status"]
+    'ok'
+    >>> r = client.post("/api/demo/reset", json={"task": 0})
+    >>> r.json["snapshot"]["page"]
+    'start'
+    >>> client.post("/api/demo/step", json={"action": "search[shoes]"}).json["snapshot"]["page"]
+    'results'
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import random
+import re
+import threading
+import uuid
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from flask import Flask, Response, abort, jsonify, redirect, render_template, request, url_for
+from werkzeug.exceptions import HTTPException, default_exceptions
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+from agent_envs.webshop.catalogue import Catalogue, CatalogueSpec, get_catalogue
+from agent_envs.webshop.goals import Goal
+from agent_envs.webshop.render import Node
+from agent_envs.webshop.scorer import NounTagger, get_tagger
+from agent_envs.webshop.session import (
+    MAX_KEYWORDS_CHARS,
+    NAV_BUTTONS,
+    SUB_PAGES,
+    RouteError,
+    ShopSession,
+)
+
+__all__ = [
+    "create_app",
+    "ShopServer",
+    "SessionStore",
+    "BackgroundServer",
+    "serve",
+    "encode_segment",
+    "decode_segment",
+    "is_loopback",
+    "MAX_CONTENT_LENGTH",
+    "MAX_URL_CHARS",
+    "MAX_SESSION_ID_CHARS",
+    "MAX_ACTION_CHARS",
+    "SESSION_ID_RE",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Largest request body accepted (413 above).
+MAX_CONTENT_LENGTH = 64 * 1024
+#: Longest request path accepted (414 above).
+MAX_URL_CHARS = 8192
+MAX_SESSION_ID_CHARS = 64
+#: Longest action accepted by the API (the environment's own limit).
+MAX_ACTION_CHARS = 4096
+#: Session ids: letters, digits, ``_`` and ``-``.
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,%d}$" % MAX_SESSION_ID_CHARS)
+_FIXED_RE = re.compile(r"^fixed_(\d{1,9})$")
+_NONE_SEGMENT = "%"  # never produced by encode_segment for a string (every '%' is escaped)
+_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+
+
+# --------------------------------------------------------------------------- URL segments
+def encode_segment(text: str | None) -> str:
+    """Escape ``text`` for one URL path segment, before the URL builder percent-encodes it.
+
+    A WSGI server hands the application percent-*decoded* paths, so a ``/`` inside keywords
+    would split the segment and ``.``/``..`` would be removed by browsers as dot segments.
+    We therefore escape ``%`` and ``/`` (and whole-segment dots) in-band first; the URL
+    builder then quotes the result once more, and :func:`decode_segment` undoes the in-band
+    step.  ``None`` (an item opened without a search) becomes a lone ``%``, which no string
+    encodes to.
+
+    >>> encode_segment("a/b 100%"), decode_segment(encode_segment("a/b 100%"))
+    ('a%2Fb 100%25', 'a/b 100%')
+    >>> encode_segment(".."), decode_segment(encode_segment(None)) is None
+    ('%2E%2E', True)
+    """
+    if text is None:
+        return _NONE_SEGMENT
+    out = str(text).replace("%", "%25").replace("/", "%2F")
+    if out in (".", ".."):
+        out = out.replace(".", "%2E")
+    return out
+
+
+def decode_segment(raw: str) -> str | None:
+    """Inverse of :func:`encode_segment` applied to a (WSGI-decoded) path segment."""
+    if raw == _NONE_SEGMENT:
+        return None
+    return unquote(raw)
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("::1"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# --------------------------------------------------------------------------- sessions
+@dataclass
+class _Entry:
+    session: ShopSession
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SessionStore:
+    """Thread-safe LRU map of session id -> session (one lock per session).
+
+    Args:
+        max_sessions: Least recently used sessions beyond this are forgotten.
+    """
+
+    def __init__(self, max_sessions: int = 4096) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be positive, got {max_sessions}")
+        self.max_sessions = max_sessions
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sid: str) -> _Entry | None:
+        """The entry of ``sid`` (marks it recently used), or None."""
+        with self._lock:
+            entry = self._entries.get(sid)
+            if entry is not None:
+                self._entries.move_to_end(sid)
+            return entry
+
+    def put(self, sid: str, session: ShopSession) -> _Entry:
+        """Store a (new) session for ``sid``, replacing any old one."""
+        entry = _Entry(session)
+        with self._lock:
+            self._entries[sid] = entry
+            self._entries.move_to_end(sid)
+            while len(self._entries) > self.max_sessions:
+                old, _e = self._entries.popitem(last=False)
+                logger.info("evicted WebShop session %s (more than %d sessions)", old, self.max_sessions)
+        return entry
+
+    def delete(self, sid: str) -> bool:
+        """Forget ``sid``; True when it existed."""
+        with self._lock:
+            return self._entries.pop(sid, None) is not None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+class ShopServer:
+    """The shop behind the Flask app: catalogue, noun tagger, goals and sessions.
+
+    Args:
+        catalogue: The shared catalogue.
+        tagger: Default noun tagger of the scorer.
+        goal_kind: Goal kind of sessions opened from a browser (``/<session>``).
+        max_sessions: Capacity of the session store.
+    """
+
+    def __init__(self, catalogue: Catalogue, tagger: NounTagger, goal_kind: str = "human",
+                 max_sessions: int = 4096) -> None:
+        catalogue.goal_list(goal_kind)  # validates the kind
+        self.catalogue = catalogue
+        self.tagger = tagger
+        self.goal_kind = goal_kind
+        self.sessions = SessionStore(max_sessions)
+
+    def tagger_named(self, name: str | None) -> NounTagger:
+        """The tagger a client asks for by name (its scores must match the client's)."""
+        if name is None or name == self.tagger.name:
+            return self.tagger
+        if not isinstance(name, str) or len(name) > 200:
+            abort(400, "tagger must be a tagger name string")
+        if name.startswith("lexicon-v1"):  # the fallback is the same tagger under another label
+            return get_tagger("lexicon")
+        if name.startswith("spacy"):
+            try:
+                tagger = get_tagger("auto")
+            except Exception as exc:  # noqa: BLE001 - reported to the client
+                abort(409, f"the server cannot load the spaCy tagger {name!r}: {exc}")
+            if tagger.name == name:
+                return tagger
+        abort(409, f"the server has no noun tagger {name!r} (it has {self.tagger.name!r}); "
+                   "start it with a matching --tagger")
+
+    def goal(self, kind: str, index: int) -> Goal:
+        """Goal ``index`` of ``kind`` (400 when out of range)."""
+        if kind not in ("human", "synthetic"):
+            abort(400, f"kind must be 'human' or 'synthetic', got {str(kind)[:40]!r}")
+        goals = self.catalogue.goal_list(kind)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(goals):
+            abort(400, f"task must be a goal index in 0..{len(goals) - 1}, got {str(index)[:40]!r}")
+        return goals[index]
+
+    def goal_for_new_session(self, sid: str) -> Goal:
+        """``fixed_<n>`` -> goal n; any other id -> a goal drawn from a generator seeded by the id."""
+        goals = self.catalogue.goal_list(self.goal_kind)
+        m = _FIXED_RE.match(sid)
+        if m is not None:
+            return self.goal(self.goal_kind, int(m.group(1)))
+        return goals[random.Random(zlib.crc32(sid.encode())).randrange(len(goals))]
+
+    def new_session(self, sid: str, goal: Goal, tagger: NounTagger | None = None) -> _Entry:
+        """Start a fresh episode for ``sid`` on ``goal``."""
+        return self.sessions.put(sid, ShopSession(self.catalogue, goal, tagger or self.tagger, session_id=sid))
+
+
+# --------------------------------------------------------------------------- page model
+def _button_kind(text: str) -> str:
+    key = text.strip().lower()
+    if key == "search":
+        return "search"
+    if key in SUB_PAGES:
+        return "sub"
+    if key == NAV_BUTTONS["buy"].lower():
+        return "buy"
+    return "nav"
+
+
+def _page_blocks(sess: ShopSession, sid: str) -> list[dict[str, Any]]:
+    """Group the page's nodes (in order) into layout blocks, with the URL each clickable
+    element leads to.  Flattening the blocks gives back :meth:`ShopSession.nodes` exactly."""
+    st = sess.state
+    nodes = sess.nodes()
+    kw_seg = encode_segment(st.keywords)
+
+    def item_url(asin: str, options: Mapping[str, str]) -> str:
+        return url_for("item_page", session_id=sid, asin=encode_segment(asin), keywords=kw_seg,
+                       page=st.results_page, options=encode_segment(_options_json(options)))
+
+    def results_url(page: int) -> str:
+        return url_for("search_results", session_id=sid, keywords=kw_seg, page=page)
+
+    def button_href(text: str) -> str | None:
+        key = text.strip().lower()
+        if key == NAV_BUTTONS["back"].lower():
+            return url_for("index", session_id=sid)
+        if key == NAV_BUTTONS["next"].lower():
+            return results_url(st.results_page + 1)
+        if key == NAV_BUTTONS["prev"].lower():
+            if st.page == "results":
+                return results_url(st.results_page - 1)
+            if st.page == "item":
+                return results_url(st.results_page) if st.keywords else url_for("index", session_id=sid)
+            return item_url(st.asin or "", st.options)
+        if key in SUB_PAGES:
+            return url_for("item_sub_page", session_id=sid, asin=encode_segment(st.asin), keywords=kw_seg,
+                           page=st.results_page, sub_page=key,
+                           options=encode_segment(_options_json(st.options)))
+        if key == NAV_BUTTONS["buy"].lower():
+            return url_for("done", session_id=sid, asin=encode_segment(st.asin),
+                           options=encode_segment(_options_json(st.options)))
+        return None
+
+    blocks: list[dict[str, Any]] = []
+    product = sess.product
+    option_names = set(product.options) if product is not None else set()
+    i = 0
+    while i < len(nodes):
+        n = nodes[i]
+        item = {"text": n.text, "role": n.role, "clicked": n.clicked, "group": n.group}
+        nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+        if (n.role == "text" and n.text == "Instruction:" and nxt is not None
+                and nxt.text == sess.goal.instruction):
+            blocks.append({"kind": "instruction", "items": [item, {"text": nxt.text, "role": nxt.role,
+                                                                   "clicked": False, "group": nxt.group}]})
+            i += 2
+            continue
+        if n.role == "button":
+            kind = _button_kind(n.text)
+            item["href"] = button_href(n.text)
+            if kind in ("search", "buy"):
+                blocks.append({"kind": kind, "items": [item]})
+            elif blocks and blocks[-1]["kind"] == "buttons":
+                blocks[-1]["items"].append(item)
+            else:
+                blocks.append({"kind": "buttons", "items": [item]})
+        elif n.role == "link":
+            item["href"] = item_url(n.text, {})
+            blocks.append({"kind": "product", "items": [item]})
+        elif n.role == "option":
+            name = n.group or ""
+            item["href"] = item_url(st.asin or "", {**st.options, name: n.text})
+            if not (blocks and blocks[-1]["kind"] == "options" and blocks[-1]["name"] == name):
+                blocks.append({"kind": "options", "name": name, "items": []})
+            blocks[-1]["items"].append(item)
+        elif (n.role == "text" and nxt is not None and nxt.role == "option" and n.text in option_names
+              and st.page == "item"):
+            blocks.append({"kind": "options", "name": n.text, "items": [dict(item, header=True)]})
+        elif st.page == "done" and i == len(nodes) - 1:
+            score = st.purchase.total if st.purchase is not None else 0.0
+            blocks.append({"kind": "reward", "items": [item], "score": repr(float(score))})
+        elif n.role == "text" and blocks and blocks[-1]["kind"] == "product" and len(blocks[-1]["items"]) < 3:
+            blocks[-1]["items"].append(item)  # the product's title and price
+        else:
+            blocks.append({"kind": "text", "items": [item]})
+        i += 1
+    # radio ids for option values
+    for b_i, block in enumerate(blocks):
+        if block["kind"] == "options":
+            for j, it in enumerate(block["items"]):
+                it["radio_id"] = f"opt-{b_i}-{j}"
+                it["radio_name"] = f"opt-{b_i}"
+    return blocks
+
+
+def _options_json(options: Mapping[str, str]) -> str:
+    return json.dumps(dict(options), ensure_ascii=False, separators=(",", ":"))
+
+
+def _parse_options(raw: str) -> dict[str, str]:
+    text = decode_segment(raw)
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        abort(400, "options must be a JSON object of option name -> value")
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        abort(400, "options must be a JSON object of option name -> value (strings)")
+    return value
+
+
+# --------------------------------------------------------------------------- the app
+def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: str | NounTagger = "auto",
+               goal_kind: str = "human", max_sessions: int = 4096) -> Flask:
+    """Build the Flask application.
+
+    Args:
+        catalogue: A catalogue, a :class:`CatalogueSpec` (built once per process and shared),
+            or None for the default generated catalogue.
+        tagger: Noun tagger (name for :func:`get_tagger`, or an instance).
+        goal_kind: Goal kind of sessions opened from a browser.
+        max_sessions: Sessions kept (least recently used ones are forgotten).
+
+    Returns:
+        The app; its :class:`ShopServer` is ``app.extensions["webshop"]``.
+    """
+    cat = catalogue if isinstance(catalogue, Catalogue) else get_catalogue(catalogue or CatalogueSpec())
+    tag = get_tagger(tagger) if isinstance(tagger, str) else tagger
+    shop = ShopServer(cat, tag, goal_kind=goal_kind, max_sessions=max_sessions)
+
+    app = Flask(__name__, template_folder="templates", static_folder="static")
+    app.config.update(MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH, MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,
+                      MAX_FORM_PARTS=16, JSON_SORT_KEYS=False, TEMPLATES_AUTO_RELOAD=False)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.jinja_env.autoescape = True  # every template, whatever its extension
+    app.jinja_env.trim_blocks = app.jinja_env.lstrip_blocks = True
+    app.url_map.merge_slashes = False
+    app.url_map.strict_slashes = False
+    app.extensions["webshop"] = shop
+
+    # ---------------------------------------------------------------- helpers
+    def check_sid(session_id: str) -> str:
+        if not SESSION_ID_RE.match(session_id):
+            abort(400, f"session ids are 1-{MAX_SESSION_ID_CHARS} letters, digits, '_' or '-'")
+        return session_id
+
+    def existing(session_id: str) -> _Entry:
+        entry = shop.sessions.get(check_sid(session_id))
+        if entry is None:
+            abort(404, f"unknown session {session_id!r}; open /{session_id} or POST /api/{session_id}/reset first")
+        return entry
+
+    def keywords_arg(raw: str) -> str | None:
+        return decode_segment(raw)  # the session checks the length (RouteError -> 400)
+
+    def render(entry: _Entry, status: int = 200) -> Response:
+        sess = entry.session
+        st = sess.state
+        title = {"start": "WebShop", "results": f"Results for {st.keywords or ''}",
+                 "item": sess.product.name if sess.product else "Item",
+                 "item_sub": f"{(st.sub_page or '').capitalize()}", "done": "Thank you"}[st.page]
+        html = render_template("page.html", page=st.page, title=title, session_id=sess.session_id,
+                               blocks=_page_blocks(sess, sess.session_id), keywords=st.keywords)
+        return Response(html, status=status, mimetype="text/html")
+
+    def wants_json() -> bool:
+        return request.path.startswith("/api/") or request.path == "/healthz"
+
+    # ---------------------------------------------------------------- hooks
+    @app.before_request
+    def _limits() -> None:
+        raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or request.path
+        if len(raw) > MAX_URL_CHARS or len(request.path) > MAX_URL_CHARS:
+            abort(414, f"URLs longer than {MAX_URL_CHARS} characters are refused")
+
+    @app.after_request
+    def _headers(resp: Response) -> Response:
+        resp.headers.setdefault("Content-Security-Policy", _CSP)
+        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        resp.headers.setdefault("X-Frame-Options", "DENY")
+        resp.headers.setdefault("Referrer-Policy", "no-referrer")
+        if not request.path.startswith("/static/"):  # pages and API answers are never cached
+            resp.headers.setdefault("Cache-Control", "no-store")
+        return resp
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        message = exc.description or exc.name
+        if wants_json():
+            resp = jsonify(error=exc.name, message=message, status=code)
+            resp.status_code = code
+        else:
+            resp = Response(render_template("error.html", code=code, name=exc.name, message=message),
+                            status=code, mimetype="text/html")
+        if code == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
+            resp.headers["Allow"] = ", ".join(exc.valid_methods)
+        return resp
+
+    def _mk(code: int, message: str) -> HTTPException:
+        return default_exceptions[code](description=message)
+
+    @app.errorhandler(RouteError)
+    def _route_error(exc: RouteError) -> Response:
+        return _http_error(_mk(404 if str(exc).startswith("unknown product") else 400, str(exc)))
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:  # pragma: no cover - a bug if reached
+        logger.exception("unexpected error serving %s", request.path)
+        return _http_error(_mk(500, f"internal error: {type(exc).__name__}"))
+
+    # ---------------------------------------------------------------- HTML routes
+    @app.get("/")
+    def home() -> Response:
+        return redirect(url_for("index", session_id=uuid.uuid4().hex[:16]), code=302)
+
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        return Response(status=204, headers={"Cache-Control": "max-age=86400"})
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return jsonify(status="ok", catalogue=cat.description, products=len(cat.products),
+                       goals={k: len(cat.goal_list(k)) for k in ("human", "synthetic")},
+                       tagger=shop.tagger.name, sessions=len(shop.sessions))
+
+    @app.route("/<session_id>", methods=["GET", "POST"])
+    def index(session_id: str) -> Response:
+        sid = check_sid(session_id)
+        entry = shop.sessions.get(sid)
+        if request.method == "POST":
+            if entry is None:
+                abort(404, f"unknown session {sid!r}; open /{sid} first")
+            query = request.form.get("search_query")
+            if query is None:
+                abort(400, "the search form needs a search_query field")
+            if len(query) > 4 * MAX_KEYWORDS_CHARS:
+                abort(400, f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
+            with entry.lock:
+                entry.session.goto_results(query, 1)
+                kw = entry.session.state.keywords
+            return redirect(url_for("search_results", session_id=sid, keywords=encode_segment(kw), page=1),
+                            code=303)
+        if entry is None:
+            entry = shop.new_session(sid, shop.goal_for_new_session(sid))
+        with entry.lock:
+            if entry.session.state.done:  # a finished episode starts over on the same goal
+                entry = shop.new_session(sid, entry.session.goal, entry.session.tagger)
+            entry.session.goto_start()
+            return render(entry)
+
+    @app.get("/search_results/<session_id>/<keywords>/<int:page>")
+    def search_results(session_id: str, keywords: str, page: int) -> Response:
+        entry = existing(session_id)
+        kw = keywords_arg(keywords)
+        if kw is None:
+            abort(400, "search keywords are empty")
+        with entry.lock:
+            entry.session.goto_results(kw, page)
+            return render(entry)
+
+    @app.get("/item_page/<session_id>/<asin>/<keywords>/<int:page>/<options>")
+    def item_page(session_id: str, asin: str, keywords: str, page: int, options: str) -> Response:
+        entry = existing(session_id)
+        kw, opts = keywords_arg(keywords), _parse_options(options)
+        with entry.lock:
+            entry.session.goto_item(decode_segment(asin) or "", kw, page, opts)
+            return render(entry)
+
+    @app.get("/item_sub_page/<session_id>/<asin>/<keywords>/<int:page>/<sub_page>/<options>")
+    def item_sub_page(session_id: str, asin: str, keywords: str, page: int, sub_page: str,
+                      options: str) -> Response:
+        entry = existing(session_id)
+        kw, opts = keywords_arg(keywords), _parse_options(options)
+        with entry.lock:
+            entry.session.goto_sub(decode_segment(asin) or "", kw, page, sub_page, opts)
+            return render(entry)
+
+    @app.route("/done/<session_id>/<asin>/<options>", methods=["GET", "POST"])
+    def done(session_id: str, asin: str, options: str) -> Response:
+        entry = existing(session_id)
+        opts = _parse_options(options)
+        product = (decode_segment(asin) or "").upper()
+        with entry.lock:
+            st = entry.session.state
+            if st.done:
+                if st.asin != product or st.options != opts:
+                    abort(409, "the episode is over (already purchased); open the start page to begin again")
+            else:
+                entry.session.buy(product, opts)
+            if request.method == "POST":
+                return redirect(request.path, code=303)
+            return render(entry)
+
+    # ---------------------------------------------------------------- JSON API
+    def json_body() -> dict[str, Any]:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            abort(400, "the request body must be a JSON object")
+        return body
+
+    @app.post("/api/<session_id>/reset")
+    def api_reset(session_id: str) -> Response:
+        sid = check_sid(session_id)
+        body = json_body() if request.get_data(cache=True) else {}
+        kind = body.get("kind", shop.goal_kind)
+        task = body.get("task")
+        goal = shop.goal(kind, task) if task is not None else shop.goal_for_new_session(sid)
+        want = body.get("instruction")
+        if want is not None and want != goal.instruction:
+            abort(409, f"goal {kind}/{goal.index} of this server's catalogue ({cat.description}) has a "
+                       "different instruction than the client's: client and server use different catalogues")
+        entry = shop.new_session(sid, goal, shop.tagger_named(body.get("tagger")))
+        with entry.lock:
+            snap = entry.session.snapshot()
+        return jsonify(snapshot=snap.to_dict(), goal={"index": goal.index, "kind": goal.kind,
+                                                      "instruction": goal.instruction},
+                       tagger=entry.session.tagger.name, catalogue=cat.description)
+
+    @app.post("/api/<session_id>/step")
+    def api_step(session_id: str) -> Response:
+        entry = existing(session_id)
+        action = json_body().get("action")
+        if not isinstance(action, str):
+            abort(400, "'action' must be a string such as 'search[red shoes]' or 'click[buy now]'")
+        if len(action) > MAX_ACTION_CHARS:
+            abort(400, f"actions longer than {MAX_ACTION_CHARS} characters are refused")
+        with entry.lock:
+            outcome = entry.session.act(action)
+            snap = entry.session.snapshot()
+        return jsonify(outcome={"valid": outcome.valid, "done": outcome.done, "score": outcome.score,
+                                "feedback": outcome.feedback, "kind": outcome.kind},
+                       snapshot=snap.to_dict())
+
+    @app.get("/api/<session_id>/snapshot")
+    def api_snapshot(session_id: str) -> Response:
+        entry = existing(session_id)
+        with entry.lock:
+            return jsonify(snapshot=entry.session.snapshot().to_dict())
+
+    @app.delete("/api/<session_id>")
+    def api_close(session_id: str) -> Response:
+        return jsonify(closed=shop.sessions.delete(check_sid(session_id)))
+
+    return app
+
+
+# --------------------------------------------------------------------------- serving
+class _Handler(WSGIRequestHandler):
+    """Werkzeug's request handler with HTTP/1.1 keep-alive (as ``run_simple`` does when threaded)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002 - werkzeug's signature
+        """Access and error lines go to this module's logger (debug / warning), not stderr."""
+        level = logging.WARNING if type == "error" else logging.DEBUG
+        logger.log(level, "%s - %s", self.address_string(), message % args)
+
+
+class BackgroundServer:
+    """Serve a WSGI app from a background thread (tests, benchmarks, browser mode).
+
+    Binds 127.0.0.1 on a free port by default.
+
+    Example:
+        >>> from agent_envs.webshop.catalogue import CatalogueSpec
+        >>> with BackgroundServer(create_app(CatalogueSpec(num_products=120), tagger="lexicon")) as srv:
+        ...     import requests
+        ...     requests.get(srv.url + "/healthz", timeout=10).status_code
+        200
+    """
+
+    def __init__(self, app: Flask, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True, request_handler=_Handler)
+        self.host, self.port = host, int(self._server.server_port)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"webshop-server:{self.port}",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:43123``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and join the thread."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+        self._server.server_close()
+
+    def __enter__(self) -> BackgroundServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(app: Flask, host: str = "127.0.0.1", port: int = 3000,
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve ``app`` in the foreground until interrupted (threaded, HTTP/1.1).
+
+    ``on_ready`` is called with the base URL once the socket is bound (``port=0`` picks a free port).
+    """
+    if not is_loopback(host):
+        logger.warning("serving WebShop on %s: reachable from other machines (use 127.0.0.1 unless "
+                       "inside a container whose port is published on the host's loopback)", host)
+    server = make_server(host, port, app, threaded=True, request_handler=_Handler)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{server.server_port}"
+    logger.info("WebShop server on %s", url)
+    if on_ready is not None:
+        on_ready(url)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
