@@ -623,6 +623,13 @@ class _Handler(WSGIRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Malformed requests are the client's fault: an unsupported HTTP version gets 400, not 505."""
+        if code == 505:
+            code, message = 400, "unsupported HTTP version"
+            self.request_version = self.protocol_version  # answer with a status line
+        super().send_error(code, message, explain)
+
     def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002 - werkzeug's signature
         """Access and error lines go to this module's logger (debug / warning), not stderr."""
         level = logging.WARNING if type == "error" else logging.DEBUG

@@ -1,0 +1,536 @@
+"""WebShop server mode: the Flask app on a real loopback socket, the HTTP backend of
+WebShop-Rubric-v0, upstream's routes and DOM hooks, escaping, 4xx on bad requests,
+concurrent sessions, the CLI entry point and the Docker files."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+import requests
+import yaml
+from gymnasium.utils.env_checker import check_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import agent_envs  # noqa: F401 - registers the environments
+from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
+from agent_envs.webshop.env import WebShopRubricEnv
+from agent_envs.webshop.oracle import oracle_action
+from agent_envs.webshop.remote import HttpBackend, RemoteError
+from agent_envs.webshop.render import Node, to_text, to_text_rich
+from agent_envs.webshop.server import (
+    MAX_CONTENT_LENGTH,
+    BackgroundServer,
+    SessionStore,
+    create_app,
+    decode_segment,
+    encode_segment,
+)
+from agent_envs.webshop.session import ShopSession
+from agent_envs.webshop.testing import MINI_GOAL_TEXT, write_mini_catalogue
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL = MINI_GOAL_TEXT + ", and price lower than 990.00 dollars"
+# The hand-checked mini episode (tests/test_webshop_env.py derives its values): invalid
+# actions, a near miss, options, sub-pages, navigation, then the correct purchase.
+MINI_SCRIPT = ["click[x]", "search[running shoes]", "click[b000000002]", "click[black]", "click[< prev]",
+               "click[b000000001]", "click[navy blue]", "click[description]", "click[< prev]", "click[10]",
+               "search[x]", "click[reviews]", "click[< prev]", "click[buy now]"]
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def mini_dir(tmp_path_factory):
+    return str(write_mini_catalogue(tmp_path_factory.mktemp("mini")))
+
+
+@pytest.fixture(scope="module")
+def mini_server(mini_dir):
+    with BackgroundServer(create_app(CatalogueSpec(source=mini_dir, verify=False), tagger="lexicon")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def gen_server():
+    with BackgroundServer(create_app(CatalogueSpec(num_products=1000), tagger="lexicon")) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def http(mini_server):
+    with requests.Session() as s:
+        s.trust_env = False
+        yield s
+
+
+def trace(env, actions, task=0):
+    """(obs, info) after reset, then every step's full tuple, plus the page snapshots."""
+    obs, info = env.reset(options={"task": task})
+    out = [(obs, info, env.unwrapped.page.to_dict())]
+    for a in actions:
+        out.append((*env.step(a), env.unwrapped.page.to_dict()))
+    return out
+
+
+class _Nodes(HTMLParser):
+    """Collect the page's nodes (elements with data-role) as a DOM reader would."""
+
+    VOID = {"br", "input", "img", "meta", "link", "hr"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.nodes: list[Node] = []
+        self.attrs: list[dict[str, str | None]] = []
+        self._depth = 0
+        self._cur: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.attrs.append({"tag": tag, **a})
+        if tag in self.VOID:
+            return
+        if self._cur is not None:
+            self._depth += 1
+        elif "data-role" in a:
+            self._cur, self._depth = {"a": a, "text": []}, 0
+
+    def handle_endtag(self, tag):
+        if self._cur is None or tag in self.VOID:
+            return
+        if self._depth:
+            self._depth -= 1
+            return
+        a = self._cur["a"]
+        self.nodes.append(Node("".join(self._cur["text"]), a["data-role"], a.get("data-clicked") == "1",
+                               a.get("data-group")))
+        self._cur = None
+
+    def handle_data(self, data):
+        if self._cur is not None:
+            self._cur["text"].append(data)
+
+
+def parse(html: str) -> _Nodes:
+    p = _Nodes()
+    p.feed(html)
+    return p
+
+
+# --------------------------------------------------------------------------- segments, store
+@given(st.text(max_size=60))
+def test_url_segments_round_trip_and_never_split(text):
+    seg = encode_segment(text)
+    assert decode_segment(seg) == text
+    assert "/" not in seg and seg not in (".", "..")
+    assert decode_segment(encode_segment(None)) is None
+
+
+def test_session_store_is_lru_bounded(mini_dir):
+    cat = get_catalogue(CatalogueSpec(source=mini_dir, verify=False))
+    from agent_envs.webshop.scorer import get_tagger
+
+    store = SessionStore(max_sessions=2)
+    mk = lambda sid: ShopSession(cat, cat.goals[0], get_tagger("lexicon"), sid)  # noqa: E731
+    store.put("a", mk("a"))
+    store.put("b", mk("b"))
+    assert store.get("a") is not None  # a is now the most recent
+    store.put("c", mk("c"))  # evicts b, the least recently used
+    assert (store.get("b"), len(store)) == (None, 2)
+    assert store.get("a").session.session_id == "a" and store.delete("c") and not store.delete("c")
+    with pytest.raises(ValueError, match="max_sessions"):
+        SessionStore(0)
+
+
+# --------------------------------------------------------------------------- HTML routes
+def test_html_pages_follow_upstream_routes_and_dom_hooks(mini_server, http, mini_dir):
+    u = mini_server.url
+    cat = get_catalogue(CatalogueSpec(source=mini_dir, verify=False))
+    from agent_envs.webshop.scorer import get_tagger
+
+    ref = ShopSession(cat, cat.goals[0], get_tagger("lexicon"))  # the embedded twin of fixed_0
+
+    def check(resp, page):
+        assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/html")
+        p = parse(resp.text)
+        assert f'data-page="{page}"' in resp.text
+        # one DOM element per node, in order: the DOM gives the embedded observations exactly
+        assert p.nodes == ref.nodes()
+        assert (to_text(p.nodes), to_text_rich(p.nodes)) == (ref.observation("text"), ref.observation("text_rich"))
+        return p
+
+    start = http.get(f"{u}/fixed_0")
+    p = check(start, "start")
+    assert any(a["tag"] == "input" and a.get("id") == "search_input" for a in p.attrs)
+    assert re.search(r'<div id="instruction-text"[^>]*><h4>.*' + re.escape(GOAL), start.text)
+    r = http.post(f"{u}/fixed_0", data={"search_query": "Running  Shoes"}, allow_redirects=False)
+    assert r.status_code == 303 and r.headers["Location"] == "/search_results/fixed_0/running%20shoes/1"
+    ref.act("search[running shoes]")
+    p = check(http.get(u + r.headers["Location"]), "results")
+    links = [a for a in p.attrs if "product-link" in (a.get("class") or "")]
+    assert [a["data-role"] for a in links] == ["link"] * 3
+    assert links[1]["href"] == "/item_page/fixed_0/B000000001/running%20shoes/1/%7B%7D"
+    ref.act("click[b000000001]")
+    p = check(http.get(u + links[1]["href"]), "item")
+    radios = [a for a in p.attrs if a["tag"] == "input" and a.get("type") == "radio"]
+    labels = {a["for"]: a for a in p.attrs if a["tag"] == "label"}
+    assert [r_["value"] for r_ in radios] == ["black", "navy blue", "9", "10"]
+    assert all(r_["id"] in labels for r_ in radios)  # radio input[value] with label[for]
+    navy = next(r_ for r_ in radios if r_["value"] == "navy blue")
+    assert unquote(navy["data-href"]).endswith('/{"color":"navy blue"}')
+    ref.act("click[navy blue]")
+    p = check(http.get(u + navy["data-href"]), "item")
+    ten = next(a for a in p.attrs if a["tag"] == "input" and a.get("value") == "10")
+    ref.act("click[10]")
+    p = check(http.get(u + ten["data-href"]), "item")
+    feats = next(a for a in p.attrs if a.get("data-role") == "button" and "features" in (a.get("href") or ""))
+    ref.act("click[features]")
+    check(http.get(u + feats["href"]), "item_sub")
+    ref.act("click[< prev]")
+    p = check(http.get(u + "/item_page/fixed_0/B000000001/running%20shoes/1/"
+                       + "%7B%22color%22%3A%22navy%20blue%22%2C%22size%22%3A%2210%22%7D"), "item")
+    buy = next(a for a in p.attrs if a["tag"] == "form" and a.get("class") == "buy-form")
+    assert any(a["tag"] == "button" and "purchase" in a.get("class", "") for a in p.attrs)
+    r = http.post(u + buy["action"], allow_redirects=False)
+    assert r.status_code == 303
+    ref.act("click[buy now]")
+    p = check(http.get(u + r.headers["Location"]), "done")
+    pre = next(a for a in p.attrs if a["tag"] == "pre")
+    assert pre["data-score"] == "1.0" and p.nodes[-1].text == "1.0000"  # the '#reward pre' hook
+    # a finished episode cannot be re-bought with other options; the start page starts over
+    assert http.get(f"{u}/done/fixed_0/B000000001/%7B%7D").status_code == 409
+    assert "Search" in to_text(parse(http.get(f"{u}/fixed_0").text).nodes)
+
+
+def test_pages_load_only_local_assets(mini_server, http):
+    html = http.get(f"{mini_server.url}/fixed_0").text
+    refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert refs and all(r.startswith("/") and not r.startswith("//") for r in refs), refs
+    for ref in [r for r in refs if r.startswith("/static/")]:
+        resp = http.get(mini_server.url + ref)
+        assert resp.status_code == 200 and "http" not in resp.text  # no CDN, no remote imports
+    csp = http.get(f"{mini_server.url}/fixed_0").headers["Content-Security-Policy"]
+    assert "default-src 'self'" in csp and "script-src 'self'" in csp
+
+
+# --------------------------------------------------------------------------- env equivalence
+@pytest.mark.parametrize("mode", ["text", "text_rich"])
+def test_scripted_episode_identical_embedded_and_server(mini_server, mini_dir, mode):
+    kw = dict(catalogue=mini_dir, verify=False, tagger="lexicon", observation_mode=mode)
+    embedded = trace(WebShopRubricEnv(**kw), MINI_SCRIPT)
+    env = WebShopRubricEnv(server_url=mini_server.url, **kw)
+    served = trace(env, MINI_SCRIPT)
+    env.close()
+    assert served == embedded  # observations, rewards, flags, every info field, the snapshots
+    obs, r, term, trunc, info, _snap = embedded[-1]
+    assert (r, term, info["score"], info["rubric"]["solved"]) == (10.0, True, 1.0, True)
+    # the near miss B000000002 (road shoes, $995) with black selected: query match so u = 1;
+    # attributes: breathable mesh yes, arch support no -> M_a = 1 of 2; options: black is not
+    # navy blue, no size -> M_o = 0 of 2; 995 > 990 -> p = 0.  Eq. 19: 1 * (1+0+0)/(2+2+1) = 0.2
+    assert embedded[4][4]["rubric"]["purchase_readiness"] == pytest.approx(0.2)
+    assert [s[4]["valid"] for s in embedded[1:]].count(False) == 2  # click[x], search[x]
+
+
+def test_random_walks_identical_embedded_and_server(gen_server):
+    kw = dict(catalogue="generated", num_products=1000, tagger="lexicon")
+    a, b = WebShopRubricEnv(**kw), WebShopRubricEnv(server_url=gen_server.url, **kw)
+    rng = random.Random(7)
+    for task in (0, 17, 400):
+        actions, (obs, info) = [], a.reset(options={"task": task})
+        for _ in range(14):
+            acts = info["admissible_actions"] or ["click[x]"]
+            act = rng.choice(acts + ["click[nope]"]).replace("<your query>", info["task"]["goal"][:30])
+            actions.append(act)
+            obs, r, term, trunc, info = a.step(act)
+            if term or trunc:
+                break
+        assert trace(b, actions, task) == trace(a, actions, task)
+    b.close()
+
+
+def test_check_env_passes_in_server_mode(gen_server):
+    env = WebShopRubricEnv(catalogue="generated", num_products=1000, tagger="lexicon", server_url=gen_server.url)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env)
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def server_env(gen_server):
+    env = WebShopRubricEnv(catalogue="generated", num_products=1000, tagger="lexicon", server_url=gen_server.url)
+    yield env
+    env.close()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(actions=st.lists(st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda s: f"click[{s}]", st.text(max_size=30)),
+    st.builds(lambda s: f"search[{s}]", st.text(max_size=80)),
+    st.sampled_from(["search[../..]", "search[%2F%00]", "search[<script>alert(1)</script>]", "click[]",
+                     "search[" + "x" * 600 + "]", "\x00", "search[\u202e\ud7ff\U0001f600]"]),
+    st.integers(0, 40)), min_size=1, max_size=15))
+def test_action_fuzzing_never_crashes_server_mode(server_env, actions):
+    obs, info = server_env.reset(options={"task": 5})
+    for a in actions:
+        if isinstance(a, int):
+            acts = info["admissible_actions"]
+            if not acts:
+                break
+            a = acts[a % len(acts)].replace("<your query>", "candle")
+        obs, r, term, trunc, info = server_env.step(a)
+        assert server_env.observation_space.contains(obs)
+        assert r in (0.0, 10.0, -0.1)
+        assert 0.0 <= info["score"] <= 1.0
+        if term or trunc:
+            break
+
+
+@pytest.mark.slow
+def test_oracle_scores_one_on_every_generated_goal_through_the_server(gen_server):
+    env = WebShopRubricEnv(catalogue="generated", num_products=1000, tagger="lexicon", server_url=gen_server.url)
+    n = len(env.goals())
+    assert n > 700
+    failures = []
+    for i in range(n):
+        env.reset(options={"task": i})
+        term = trunc = False
+        while not (term or trunc):
+            obs, r, term, trunc, info = env.step(oracle_action(env.unwrapped))
+        if not (term and info["score"] == 1.0 and r == 10.0 and info["won"]):
+            failures.append((i, info["score"]))
+    env.close()
+    assert failures == []
+
+
+def test_concurrent_sessions_are_isolated(gen_server):
+    """Eight clients play different goals at once; each gets exactly its embedded episode."""
+    kw = dict(catalogue="generated", num_products=1000, tagger="lexicon")
+    tasks = [3, 9, 27, 81, 100, 200, 300, 500]
+
+    def oracle_trace(env, task):
+        obs, info = env.reset(options={"task": task})
+        out, term = [obs], False
+        while not term:
+            obs, r, term, trunc, info = env.step(oracle_action(env))
+            out.append((obs, r, info["rubric"], info["keys"]))
+        return out
+
+    expected = {t: oracle_trace(WebShopRubricEnv(**kw), t) for t in tasks}
+    got: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def client(task):
+        try:
+            env = WebShopRubricEnv(server_url=gen_server.url, **kw)
+            for _ in range(3):
+                got[task] = oracle_trace(env, task)
+            env.close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in tasks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and got == expected
+
+
+# --------------------------------------------------------------------------- safety
+XSS = "\"'><script>alert('x')</script><img src=x onerror=alert(1)>"
+
+
+def test_xss_keyword_is_escaped_in_pages_and_urls(mini_server, http):
+    u = mini_server.url
+    http.get(f"{u}/xss")
+    r = http.post(f"{u}/xss", data={"search_query": XSS}, allow_redirects=False)
+    loc = r.headers["Location"]
+    assert r.status_code == 303 and not set('<>" ') & set(loc)
+    path = urlsplit(loc).path
+    assert decode_segment(unquote(path.split("/")[3])) == XSS.lower()  # round trip
+    page = http.get(u + loc)
+    assert page.status_code == 200
+    html = page.text
+    assert "<script>" not in html.lower().replace('<script src="/static/webshop.js" defer>', "")
+    assert "onerror=alert" not in html.replace("onerror=alert(1)&gt;", "")
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in html  # the <title> echo, escaped
+    for href in re.findall(r'href="([^"]+)"', html):
+        assert not set("<>\"' ") & set(href)
+    # the item page built from those URLs carries the keywords through unchanged
+    item = re.search(r'class="product-link" href="([^"]+)"', html)
+    if item:  # some product may match 'x'/'img'/'src'
+        assert http.get(u + item.group(1).replace("&amp;", "&")).status_code == 200
+    snap = http.get(f"{u}/api/xss/snapshot").json()["snapshot"]
+    assert snap["keywords"] == " ".join(XSS.lower().split()) or snap["page"] == "item"
+    # error pages echo bad parameters escaped, too
+    err = http.get(f"{u}/item_page/xss/%3Cb%3Eboom/x/1/%7B%7D")  # asins are upper-cased
+    assert err.status_code == 404 and "<B>BOOM" not in err.text and "&lt;B&gt;BOOM" in err.text
+
+
+@pytest.mark.parametrize("keywords", ["a/b", "..", ".", "100% cotton", "what?#frag", "ünïcode ✓ +plus", "%2F%25"])
+def test_tricky_keywords_survive_the_url_round_trip(mini_server, http, keywords):
+    u = mini_server.url
+    http.get(f"{u}/tricky")
+    page = http.post(f"{u}/tricky", data={"search_query": keywords})
+    assert page.status_code == 200 and 'data-page="results"' in page.text
+    assert http.get(f"{u}/api/tricky/snapshot").json()["snapshot"]["keywords"] == keywords.lower()
+
+
+def test_malformed_and_oversize_requests_get_4xx(mini_server, http):
+    u = mini_server.url
+    assert http.post(f"{u}/api/bad/reset", json={"task": 0}).status_code == 200
+    big = "x" * (MAX_CONTENT_LENGTH + 1)
+    cases = [
+        ("POST", "/api/bad/step", "json", {"action": big}, 413),
+        ("POST", "/bad", "form", {"search_query": big}, 413),
+        ("POST", "/api/bad/step", "raw", b"{not json", 400),
+        ("POST", "/api/bad/step", "raw", b"[1, 2]", 400),
+        ("POST", "/api/bad/step", "json", {"action": 5}, 400),
+        ("POST", "/api/bad/step", "json", {"action": "a" * 4097}, 400),
+        ("POST", "/api/bad/reset", "json", {"task": 10**9}, 400),
+        ("POST", "/api/bad/reset", "json", {"task": True}, 400),
+        ("POST", "/api/bad/reset", "json", {"task": 0, "kind": "alien"}, 400),
+        ("POST", "/api/bad/reset", "json", {"task": 0, "instruction": "another catalogue"}, 409),
+        ("POST", "/api/bad/reset", "json", {"task": 0, "tagger": "no-such-tagger"}, 409),
+        ("POST", "/api/no!such/reset", "json", {"task": 0}, 400),
+        ("POST", "/api/" + "a" * 65 + "/reset", "json", {"task": 0}, 400),
+        ("GET", "/api/nosuch/snapshot", None, None, 404),
+        ("POST", "/api/nosuch/step", "json", {"action": "click[x]"}, 404),
+        ("GET", "/api/bad/step", None, None, 405),
+        ("POST", "/bad", "form", {"other": "field"}, 400),
+        ("GET", "/search_results/bad/" + "k" * 9000 + "/1", None, None, 414),
+        ("GET", "/search_results/bad/" + "k" * 600 + "/1", None, None, 400),
+        ("GET", "/search_results/bad/shoes/0", None, None, 400),
+        ("GET", "/search_results/bad/shoes/99", None, None, 400),
+        ("GET", "/search_results/bad/shoes/-1", None, None, 404),
+        ("GET", "/search_results/nosuch/shoes/1", None, None, 404),
+        ("GET", "/item_page/bad/B999/shoes/1/%7B%7D", None, None, 404),
+        ("GET", "/item_page/bad/B000000001/shoes/1/not-json", None, None, 400),
+        ("GET", "/item_page/bad/B000000001/shoes/1/%5B%5D", None, None, 400),
+        ("GET", "/item_page/bad/B000000001/shoes/1/%7B%22color%22%3A%22pink%22%7D", None, None, 400),
+        ("GET", "/item_page/bad/B000000001/%FF%FE/1/%7B%7D", None, None, 200),  # odd bytes are just keywords
+        ("GET", "/item_sub_page/bad/B000000001/shoes/1/secrets/%7B%7D", None, None, 400),
+        ("GET", "/done/bad/B000000001/%7B%22size%22%3A5%7D", None, None, 400),
+        ("GET", "/a.b", None, None, 400),
+        ("GET", "/too/many/segments/here", None, None, 404),
+    ]
+    for method, path, kind, body, want in cases:
+        kwargs = {"json": body} if kind == "json" else {"data": body} if kind in ("form", "raw") else {}
+        if kind == "raw":
+            kwargs["headers"] = {"Content-Type": "application/json"}
+        r = http.request(method, u + path, **kwargs)
+        assert r.status_code == want, (method, path[:80], r.status_code, r.text[:200])
+        if path.startswith("/api/"):
+            assert r.json()["status"] == want and r.json()["message"]
+    # the keep-alive connection still works after all those refusals
+    assert http.get(f"{u}/healthz").json()["status"] == "ok"
+
+
+def test_malformed_http_gets_4xx_on_the_socket(mini_server):
+    import socket
+
+    def raw(payload: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", mini_server.port), timeout=10) as s:
+            s.sendall(payload)
+            return s.recv(4096)
+
+    assert raw(b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert raw(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 120 + b"\r\n").startswith(b"HTTP/1.1 431")
+    assert raw(b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 414")
+    assert raw(b"BREW /fixed_0 HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405")
+
+
+def test_http_backend_reports_server_problems(mini_server, gen_server, mini_dir):
+    # a client on another catalogue: the server refuses the goal (instructions differ)
+    env = WebShopRubricEnv(catalogue="generated", num_products=1000, tagger="lexicon", server_url=mini_server.url)
+    with pytest.raises(RemoteError, match="different catalogues|out of range|goal index"):
+        env.reset(options={"task": 0})
+    # a client scoring with another tagger
+    api = HttpBackend(mini_server.url, tagger_name="spacy-0.0:nothing")
+    with pytest.raises(RemoteError, match="HTTP 409.*noun tagger"):
+        api.start(get_catalogue(CatalogueSpec(source=mini_dir, verify=False)).goals[0])
+    # nobody listening on that port
+    with BackgroundServer(create_app(CatalogueSpec(source=mini_dir, verify=False), tagger="lexicon")) as srv:
+        dead = srv.url
+    with pytest.raises(RemoteError, match="unreachable.*rubricgym webshop serve"):
+        WebShopRubricEnv(catalogue=mini_dir, verify=False, tagger="lexicon", server_url=dead).reset(options={"task": 0})
+    with pytest.raises(ValueError, match="server_url must look like"):
+        WebShopRubricEnv(catalogue=mini_dir, verify=False, tagger="lexicon", server_url="ftp://x")
+
+
+def test_healthz_and_home(mini_server, http):
+    h = http.get(f"{mini_server.url}/healthz").json()
+    assert (h["status"], h["products"], h["goals"]["human"], h["tagger"]) == ("ok", 5, 1, "lexicon-v1")
+    r = http.get(mini_server.url + "/", allow_redirects=False)
+    assert r.status_code == 302 and re.fullmatch(r"/[0-9a-f]{16}", r.headers["Location"])
+
+
+# --------------------------------------------------------------------------- entry point, docker
+@pytest.mark.slow
+def test_serve_cli_entry_point_plays_an_episode(tmp_path, mini_dir):
+    """`rubricgym webshop serve` (the Docker image's command) on a free loopback port."""
+    proc = subprocess.Popen([sys.executable, "-m", "trainers.cli", "webshop", "serve", "--port", "0",
+                             "--data", mini_dir, "--no-verify", "--tagger", "lexicon"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    try:
+        url, lines, deadline = None, [], time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+            url = m.group(1) if m else None
+        assert url, "".join(lines)
+        assert requests.get(url + "/healthz", timeout=10).json()["products"] == 5
+        env = WebShopRubricEnv(catalogue=mini_dir, verify=False, tagger="lexicon", server_url=url)
+        env.reset(options={"task": 0})
+        term = False
+        while not term:
+            obs, r, term, trunc, info = env.step(oracle_action(env))
+        assert (r, info["score"]) == (10.0, 1.0)
+        env.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_docker_files_publish_on_loopback_and_check_health():
+    compose = yaml.safe_load((REPO / "docker/webshop/compose.yaml").read_text())
+    svc = compose["services"]["webshop"]
+    assert svc["ports"] and all(str(p).startswith("127.0.0.1:") for p in svc["ports"])
+    assert "/healthz" in " ".join(svc["healthcheck"]["test"])
+    docker = (REPO / "docker/webshop/Dockerfile").read_text()
+    assert re.search(r'CMD \["rubricgym", "webshop", "serve", "--host", "0\.0\.0\.0", "--port", "3000"', docker)
+    assert "/healthz" in docker and "pip install" in docker and "[webshop]" in docker
+    # the command the image runs exists with those options (the test above runs it)
+    out = subprocess.run([sys.executable, "-m", "trainers.cli", "webshop", "serve", "--help"],
+                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0 and "--host" in out.stdout and "--data" in out.stdout
+
+
+def test_snapshot_json_round_trip_is_exact(mini_server, http, mini_dir):
+    """Floats (scores, Eq. 19 components) survive JSON exactly."""
+    http.post(f"{mini_server.url}/api/float/reset", json={"task": 0})
+    for a in ["search[running shoes]", "click[b000000002]", "click[light blue]"]:
+        body = http.post(f"{mini_server.url}/api/float/step", json={"action": a}).json()
+    cat = get_catalogue(CatalogueSpec(source=mini_dir, verify=False))
+    from agent_envs.webshop.scorer import get_tagger
+
+    ref = ShopSession(cat, cat.goals[0], get_tagger("lexicon"))
+    for a in ["search[running shoes]", "click[b000000002]", "click[light blue]"]:
+        ref.act(a)
+    assert body["snapshot"] == json.loads(json.dumps(ref.snapshot().to_dict()))
+    assert body["snapshot"]["preview"]["total"] == ref.preview().total
