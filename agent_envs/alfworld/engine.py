@@ -52,6 +52,7 @@ __all__ = [
     "Translation",
     "RestorablePddlEnv",
     "engine_infos",
+    "game_logic",
     "make_engine",
     "make_raw_engine",
     "read_game_file",
@@ -204,6 +205,43 @@ def translate(domain: str, problem: str) -> Translation:
     return result
 
 
+_logic_cache: OrderedDict[str, Any] = OrderedDict()
+_texts_cache: OrderedDict[str, Any] = OrderedDict()
+
+
+def _lru_get(cache: OrderedDict[str, Any], key: str) -> Any:
+    with _cache_lock:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+        return value
+
+
+def _lru_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    with _cache_lock:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+
+
+def game_logic(domain: str, grammar: str) -> Any:
+    """textworld's parsed ``GameLogic`` of a game, memoised per process.
+
+    The parse (a tatsu grammar parse of the whole text grammar) depends only on the two
+    texts; the engine only reads the logic (the type hierarchy gets the same types added on
+    every state construction, which is idempotent), so environments share it.
+    """
+    from textworld.envs.pddl import logic as pddl_logic
+
+    key = _cache_key(domain, grammar)
+    logic = _lru_get(_logic_cache, key)
+    if logic is None:
+        logic = pddl_logic.GameLogic(domain=domain, grammar=grammar)
+        _lru_put(_logic_cache, key, logic)
+    return logic
+
+
 def translation_cache_info() -> dict[str, int]:
     """Hits, misses and current size of the process-wide translation cache."""
     with _cache_lock:
@@ -211,9 +249,12 @@ def translation_cache_info() -> dict[str, int]:
 
 
 def translation_cache_clear() -> None:
-    """Forget every memoised translation (the next load of each game translates again)."""
+    """Forget every memoised translation, parsed logic and initial text (the next load of
+    each game translates and derives again)."""
     with _cache_lock:
         _cache.clear()
+        _logic_cache.clear()
+        _texts_cache.clear()
         _stats["hits"] = _stats["misses"] = 0
 
 
@@ -275,7 +316,6 @@ def _restorable_env_class() -> type:
     """Build :class:`RestorablePddlEnv` (deferred so that textworld loads on first use)."""
     from textworld.core import GameState
     from textworld.envs.pddl import PddlEnv
-    from textworld.envs.pddl import logic as pddl_logic
 
     class _RestorablePddlEnv(PddlEnv):
         """textworld's ``PddlEnv`` whose ``reset`` restores the kept grounding (see module doc)."""
@@ -296,7 +336,7 @@ def _restorable_env_class() -> type:
             self._game_data = data
             self.walkthrough = data.get("walkthrough", None)
             try:
-                self._logic = pddl_logic.GameLogic(domain=data["pddl_domain"], grammar=data["grammar"])
+                self._logic = game_logic(data["pddl_domain"], data["grammar"])
                 self._translation = translate(data["pddl_domain"], data["pddl_problem"])
                 self._pddl_state = self._initial_state()
             except GameFileError:
@@ -322,6 +362,15 @@ def _restorable_env_class() -> type:
             self._last_action = None
             self._moves = 0
             initial = self._initial_texts
+            texts_key = None
+            if initial is None:
+                # Shared by every engine of the process playing this game with the same names.
+                names = sorted((k, str(info.name)) for k, info in self._entity_infos.items())
+                texts_key = _cache_key(
+                    json.dumps([self._game_data["pddl_domain"], self._game_data["grammar"]]),
+                    json.dumps([self._game_data["pddl_problem"], names]),
+                )
+                initial = self._initial_texts = _lru_get(_texts_cache, texts_key)
             if initial is None:
                 context = {
                     "state": self._pddl_state,
@@ -341,6 +390,7 @@ def _restorable_env_class() -> type:
                     valid_commands=tuple(self.state["_valid_commands"]),
                     admissible_commands=tuple(self.state["admissible_commands"]),
                 )
+                _lru_put(_texts_cache, texts_key, self._initial_texts)
             else:
                 self.state.feedback = initial.intro
                 self.state.raw = initial.intro

@@ -1,0 +1,525 @@
+"""Sibling-group rollouts: G episodes of the same task from identical start states.
+
+Group-relative estimators (GRPO, GiGPO, GraphGPO, MCGPO, ...) compare G sibling rollouts of
+one task.  :class:`GroupRunner` keeps a set of environments — in this process, or in worker
+processes (game engines such as ALFWorld's are not thread-safe) — resets the G siblings of
+each task with the same task and seed, steps every live episode in lock step with one
+batched policy call per turn, and returns :class:`~agent_envs.trajectory.Trajectory`
+objects whose steps are filled from the environments' ``info`` (SPEC §1–§2):
+
+===================  =========================================================================
+Step field           source
+===================  =========================================================================
+state_key            pre-action ``info["state_key"]`` (falls back to the observation)
+action               ``info["action"]`` after the step (the canonical command) or the policy's
+action_key           ``info["action_key"]``, else ``info["action_keys"][action]`` before the
+                     step, else the action
+reward / penalty     ``info["task_reward"]`` / ``info["penalty"]`` of the step
+valid                ``info["valid"]``
+observation          the observation the policy saw; ``feedback`` the one returned
+rubric               pre-action ``info["rubric"]`` (the status of this decision)
+keys                 pre-action matching keys in the layout of :mod:`wrappers.credit.mcgpo`:
+                     ``{"exact": h, "coarse": h, "signature": (C, F)}`` (see
+                     :func:`matching_keys`)
+next_state_key       ``info["state_key"]`` after the step
+===================  =========================================================================
+
+It is environment-agnostic: anything made by ``gym.make(env_id, **env_kwargs)`` or by a
+zero-argument factory works (the factory must be picklable for worker processes, e.g. a
+module-level function or ``functools.partial``).
+
+Environments persist between calls, so an environment that plays the same game again resets
+fast (ALFWorld keeps the grounded problem; see :mod:`agent_envs.alfworld.engine`); within one
+process, siblings of a game share one grounding.  With ``workers=W`` environment ``k`` lives
+in worker ``k % W``, so a group's siblings are spread over the workers and each worker grounds
+a game once.
+
+Example:
+    >>> import random
+    >>> def policy(turns):                       # one action per live episode
+    ...     return [random.Random(t.slot * 100 + t.t).choice(t.info["admissible_actions"]) for t in turns]
+    >>> with GroupRunner("ALFWorld-Rubric-v0", {"split": "generated"}) as runner:   # doctest: +SKIP
+    ...     groups = runner.run([0, 1], policy, group_size=4)
+    >>> [len(g) for g in groups]                                                      # doctest: +SKIP
+    [4, 4]
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import traceback
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_envs.trajectory import Step, Trajectory
+
+__all__ = [
+    "EnvFactory",
+    "GroupRunner",
+    "Policy",
+    "RolloutWorkerError",
+    "Turn",
+    "matching_keys",
+    "per_episode",
+    "rollout_group",
+    "rollout_groups",
+]
+
+logger = logging.getLogger(__name__)
+
+EnvFactory = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the policy sees for one live episode at one turn.
+
+    Attributes:
+        group: Index of the task group in the call.
+        slot: Rollout slot 0..G-1 inside the group.
+        t: Decision index inside the episode (0 for the first decision).
+        observation: The current observation.
+        info: The current ``info`` (admissible actions, task, rubric, ...).
+        history: Earlier ``(observation, action)`` pairs of this episode, oldest first.
+    """
+
+    group: int
+    slot: int
+    t: int
+    observation: str
+    info: Mapping[str, Any]
+    history: tuple[tuple[str, str], ...] = ()
+
+
+#: A batched policy: one action string per turn, in order.
+Policy = Callable[[Sequence[Turn]], Sequence[str]]
+
+
+def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
+    """Turn a per-episode policy ``fn(observation, info) -> action`` into a batched :data:`Policy`.
+
+    Example:
+        >>> policy = per_episode(lambda obs, info: info["admissible_actions"][0])
+        >>> policy([Turn(0, 0, 0, "obs", {"admissible_actions": ["look"]})])
+        ['look']
+    """
+
+    def policy(turns: Sequence[Turn]) -> list[str]:
+        return [fn(t.observation, t.info) for t in turns]
+
+    policy.__doc__ = getattr(fn, "__doc__", None)
+    return policy
+
+
+def _frozen_pair(value: Any) -> bool:
+    return isinstance(value, (frozenset, set))
+
+
+def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
+    """Matching keys of a decision in the layout MCGPO reads (:mod:`wrappers.credit.mcgpo`).
+
+    ``{"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}`` with the state summaries
+    without the signature.  Environments that put (C, F) inside their summaries as the last
+    two entries (ALFWorld: SPEC §3.4 "both keys also carry the rubric signature") have them
+    split off into ``"signature"``; keys that already have ``"signature"`` pass unchanged.
+
+    Example:
+        >>> C, F = frozenset({"target_acquired"}), frozenset({"target_placed"})
+        >>> keys = matching_keys({"keys": {"exact": ("pick", "desk 1", C, F), "coarse": ("pick", True, C, F)}})
+        >>> keys["exact"], keys["signature"] == (C, F)
+        (('pick', 'desk 1'), True)
+    """
+    keys = dict(info.get("keys") or {})
+    if "signature" in keys:
+        return keys
+    ex, co = keys.get("exact"), keys.get("coarse")
+    if (
+        isinstance(ex, tuple)
+        and isinstance(co, tuple)
+        and len(ex) >= 2
+        and len(co) >= 2
+        and _frozen_pair(ex[-2])
+        and _frozen_pair(ex[-1])
+        and (ex[-2], ex[-1]) == (co[-2], co[-1])
+    ):
+        keys["exact"], keys["coarse"] = ex[:-2], co[:-2]
+        keys["signature"] = (frozenset(ex[-2]), frozenset(ex[-1]))
+    return keys
+
+
+class RolloutWorkerError(RuntimeError):
+    """An environment raised inside a worker process; carries the worker's traceback."""
+
+
+# ------------------------------------------------------------------------------------------
+# Environment hosts: in-process, or a worker process
+# ------------------------------------------------------------------------------------------
+
+
+def _make_env(env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> Any:
+    if callable(env):
+        return env()
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401  (registers the rubricgym ids)
+
+    return gym.make(env, **dict(env_kwargs))
+
+
+def _apply(envs: dict[int, Any], env: str | EnvFactory, env_kwargs: Mapping[str, Any], cmd: str, items: Sequence[tuple]) -> list[Any]:
+    out = []
+    for item in items:
+        k = item[0]
+        if k not in envs:
+            envs[k] = _make_env(env, env_kwargs)
+        if cmd == "reset":
+            out.append(envs[k].reset(seed=item[1], options=item[2]))
+        elif cmd == "step":
+            out.append(envs[k].step(item[1]))
+        else:  # pragma: no cover - internal protocol
+            raise ValueError(f"unknown command {cmd!r}")
+    return out
+
+
+def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> None:
+    envs: dict[int, Any] = {}
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                break
+            cmd, items = msg
+            try:
+                conn.send(("ok", _apply(envs, env, env_kwargs, cmd, items)))
+            except BaseException:  # noqa: BLE001  (forwarded to the parent)
+                conn.send(("error", traceback.format_exc()))
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        for e in envs.values():
+            try:
+                e.close()
+            except Exception:  # noqa: BLE001
+                logger.debug("closing an environment in a worker failed", exc_info=True)
+
+
+class _Hosts:
+    """Environment ``k`` lives in this process (``workers=0``) or in worker ``k % workers``."""
+
+    def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any], workers: int, start_method: str) -> None:
+        self.env, self.env_kwargs, self.workers = env, dict(env_kwargs), workers
+        self.local: dict[int, Any] = {}
+        self.conns: list[Any] = []
+        self.procs: list[Any] = []
+        if workers:
+            ctx = mp.get_context(start_method)
+            for _ in range(workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker_main, args=(child, env, self.env_kwargs), daemon=True)
+                proc.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(proc)
+
+    def call(self, cmd: str, items: Sequence[tuple]) -> list[Any]:
+        """Run ``cmd`` for each ``(k, ...)`` item; results in item order."""
+        if not self.workers:
+            return _apply(self.local, self.env, self.env_kwargs, cmd, items)
+        per: list[list[int]] = [[] for _ in range(self.workers)]
+        for pos, item in enumerate(items):
+            per[item[0] % self.workers].append(pos)
+        for w, positions in enumerate(per):
+            if positions:
+                self.conns[w].send((cmd, [items[p] for p in positions]))
+        out: list[Any] = [None] * len(items)
+        errors = []
+        for w, positions in enumerate(per):
+            if not positions:
+                continue
+            try:
+                status, payload = self.conns[w].recv()
+            except EOFError as exc:
+                raise RolloutWorkerError(f"rollout worker {w} died") from exc
+            if status != "ok":
+                errors.append(f"worker {w}:\n{payload}")
+                continue
+            for p, result in zip(positions, payload):
+                out[p] = result
+        if errors:
+            raise RolloutWorkerError("an environment raised in a rollout worker:\n" + "\n".join(errors))
+        return out
+
+    def close(self) -> None:
+        for e in self.local.values():
+            try:
+                e.close()
+            except Exception:  # noqa: BLE001
+                logger.debug("closing an environment failed", exc_info=True)
+        self.local.clear()
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        for conn in self.conns:
+            conn.close()
+        self.conns, self.procs = [], []
+
+
+# ------------------------------------------------------------------------------------------
+# The runner
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Episode:
+    group: int
+    slot: int
+    env_index: int
+    task_id: Hashable
+    obs: str
+    info: dict[str, Any]
+    steps: list[Step] = field(default_factory=list)
+    history: list[tuple[str, str]] = field(default_factory=list)
+    done: bool = False
+    truncated: bool = False
+
+
+def _hashable(value: Any, fallback: Hashable) -> Hashable:
+    if value is None:
+        return fallback
+    try:
+        hash(value)
+    except TypeError:
+        return fallback
+    return value
+
+
+class GroupRunner:
+    """Runs sibling groups on persistent environments (in-process or in worker processes).
+
+    Args:
+        env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``) or a zero-argument
+            factory returning an environment.
+        env_kwargs: Keyword arguments for ``gym.make`` (ignored with a factory).
+        workers: 0 steps every environment in this process; ``W > 0`` spreads them over W
+            worker processes (environment ``k`` in worker ``k % W``).
+        max_steps: Safety cap on decisions per episode (episodes still running are marked
+            truncated); ``None`` relies on the environment's own horizon.
+        start_method: multiprocessing start method for workers (``"spawn"`` is safe after
+            torch or an engine has been imported).
+    """
+
+    def __init__(
+        self,
+        env: str | EnvFactory,
+        env_kwargs: Mapping[str, Any] | None = None,
+        *,
+        workers: int = 0,
+        max_steps: int | None = None,
+        start_method: str = "spawn",
+    ) -> None:
+        if not (isinstance(env, str) or callable(env)):
+            raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be a non-negative int, got {workers!r}")
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        self.max_steps = max_steps
+        self._hosts = _Hosts(env, env_kwargs or {}, workers, start_method)
+
+    def __enter__(self) -> GroupRunner:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every environment and stop the workers."""
+        self._hosts.close()
+
+    def run(
+        self,
+        tasks: Sequence[Any],
+        policy: Policy,
+        *,
+        group_size: int = 8,
+        seeds: Sequence[int | None] | int | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> list[list[Trajectory]]:
+        """Play ``group_size`` siblings of every task; returns one list of G trajectories per task.
+
+        Args:
+            tasks: One entry per group, passed as ``options["task"]`` to ``reset`` (``None``
+                lets the environment draw a task from ``seed``).
+            policy: Batched policy (:data:`Policy`); called once per turn with every live
+                episode, must return one string per turn.
+            group_size: G, siblings per task.
+            seeds: Reset seed per group (or one seed for all); siblings share their group's.
+            options: Extra reset options for every group (e.g. ``{"split": "valid_seen"}``).
+        """
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        tasks = list(tasks)
+        if seeds is None or isinstance(seeds, int):
+            seed_list: list[int | None] = [seeds] * len(tasks)
+        else:
+            seed_list = list(seeds)
+            if len(seed_list) != len(tasks):
+                raise ValueError(f"got {len(seed_list)} seeds for {len(tasks)} tasks")
+        for g, (task, seed) in enumerate(zip(tasks, seed_list)):
+            if task is None and seed is None:
+                raise ValueError(
+                    f"group {g}: give a task or a seed, or the siblings would draw different tasks"
+                )
+        extra = dict(options or {})
+        if "task" in extra:
+            raise ValueError("pass tasks through `tasks`, not options['task']")
+
+        resets = []
+        for g, (task, seed) in enumerate(zip(tasks, seed_list)):
+            opts = dict(extra)
+            if task is not None:
+                opts["task"] = task
+            for i in range(group_size):
+                resets.append((g * group_size + i, seed, opts))
+        results = self._hosts.call("reset", resets)
+        episodes = []
+        for (k, _seed, _opts), (obs, info) in zip(resets, results):
+            g, i = divmod(k, group_size)
+            task_info = info.get("task") if isinstance(info.get("task"), Mapping) else {}
+            task_id = _hashable(task_info.get("id"), f"group-{g}")
+            episodes.append(_Episode(g, i, k, task_id, obs, dict(info)))
+        self._check_identical_starts(episodes, group_size)
+
+        t = 0
+        while True:
+            live = [e for e in episodes if not e.done]
+            if not live:
+                break
+            if self.max_steps is not None and t >= self.max_steps:
+                for e in live:
+                    e.done = e.truncated = True
+                break
+            turns = [Turn(e.group, e.slot, t, e.obs, e.info, tuple(e.history)) for e in live]
+            actions = list(policy(turns))
+            if len(actions) != len(live):
+                raise ValueError(f"the policy returned {len(actions)} actions for {len(live)} turns")
+            for a in actions:
+                if not isinstance(a, str):
+                    raise TypeError(f"the policy must return str actions, got {type(a).__name__}")
+            results = self._hosts.call("step", [(e.env_index, a) for e, a in zip(live, actions)])
+            for e, action, (obs, reward, terminated, truncated, info) in zip(live, actions, results):
+                e.steps.append(_step(e, action, obs, float(reward), info))
+                e.history.append((e.obs, action))
+                e.obs, e.info = obs, dict(info)
+                if terminated or truncated:
+                    e.done = True
+                    e.truncated = bool(truncated and not terminated)
+            t += 1
+
+        groups: list[list[Trajectory]] = [[] for _ in tasks]
+        for e in episodes:
+            groups[e.group].append(
+                Trajectory(
+                    task_id=e.task_id,
+                    slot=e.slot,
+                    steps=e.steps,
+                    score=float(e.info.get("score", 0.0) or 0.0),
+                    success=bool(e.info.get("won", False)),
+                    truncated=e.truncated,
+                )
+            )
+        return groups
+
+    @staticmethod
+    def _check_identical_starts(episodes: Sequence[_Episode], group_size: int) -> None:
+        for start in range(0, len(episodes), group_size):
+            sibs = episodes[start : start + group_size]
+            first = sibs[0]
+            for e in sibs[1:]:
+                if e.obs != first.obs or e.task_id != first.task_id:
+                    logger.warning(
+                        "group %d: sibling %d did not start like sibling 0 (task %r vs %r)",
+                        first.group, e.slot, e.task_id, first.task_id,
+                    )
+
+
+def _step(e: _Episode, action: str, obs: str, reward: float, info: Mapping[str, Any]) -> Step:
+    pre = e.info
+    canonical = info.get("action")
+    if not isinstance(canonical, str) or not canonical:
+        canonical = action
+    action_key = info.get("action_key")
+    if action_key is None:
+        action_key = (pre.get("action_keys") or {}).get(canonical)
+    task_reward = info.get("task_reward")
+    penalty = info.get("penalty")
+    if task_reward is None:  # an environment without the split: all of it is task reward
+        task_reward, penalty = reward, 0.0
+    extra: dict[str, Any] = {}
+    if pre.get("signature") is not None:
+        extra["signature"] = list(pre["signature"])
+    return Step(
+        state_key=_hashable(pre.get("state_key"), e.obs),
+        action=canonical,
+        action_key=_hashable(action_key, canonical),
+        reward=float(task_reward),
+        penalty=float(penalty or 0.0),
+        valid=bool(info.get("valid", True)),
+        observation=e.obs,
+        feedback=str(obs),
+        rubric=dict(pre.get("rubric") or {}),
+        keys=matching_keys(pre),
+        next_state_key=_hashable(info.get("state_key"), str(obs)),
+        extra=extra,
+    )
+
+
+def rollout_groups(
+    env: str | EnvFactory,
+    tasks: Sequence[Any],
+    policy: Policy,
+    *,
+    group_size: int = 8,
+    env_kwargs: Mapping[str, Any] | None = None,
+    seeds: Sequence[int | None] | int | None = None,
+    options: Mapping[str, Any] | None = None,
+    workers: int = 0,
+    max_steps: int | None = None,
+) -> list[list[Trajectory]]:
+    """One-shot :meth:`GroupRunner.run` (creates and closes the environments)."""
+    with GroupRunner(env, env_kwargs, workers=workers, max_steps=max_steps) as runner:
+        return runner.run(tasks, policy, group_size=group_size, seeds=seeds, options=options)
+
+
+def rollout_group(
+    env: str | EnvFactory,
+    task: Any,
+    policy: Policy,
+    *,
+    group_size: int = 8,
+    env_kwargs: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    workers: int = 0,
+    max_steps: int | None = None,
+) -> list[Trajectory]:
+    """G sibling trajectories of one task (see :class:`GroupRunner`).
+
+    Example:
+        >>> trajs = rollout_group("ALFWorld-Rubric-v0", 0, policy, group_size=4,     # doctest: +SKIP
+        ...                       env_kwargs={"split": "valid_seen"})
+    """
+    return rollout_groups(
+        env, [task], policy, group_size=group_size, env_kwargs=env_kwargs,
+        seeds=[seed], options=options, workers=workers, max_steps=max_steps,
+    )[0]
+
