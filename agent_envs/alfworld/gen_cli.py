@@ -15,10 +15,16 @@ __all__ = ["generate_alfworld", "register"]
 
 
 def generate_alfworld(
-    n: int = typer.Option(60, "--n", min=1, help="Number of games (balanced across the task types)."),
-    seed: int = typer.Option(0, "--seed", help="Generator seed: the same seed gives byte-identical games."),
+    n: int = typer.Option(
+        60, "--n", min=1, help="Number of games (balanced across the task types)."
+    ),
+    seed: int = typer.Option(
+        0, "--seed", help="Generator seed: the same seed gives byte-identical games."
+    ),
     out: Optional[Path] = typer.Option(
-        None, "--out", help="Cache directory (default: $RUBRICGYM_CACHE/alfworld/generated-<seed>-<n>)."
+        None,
+        "--out",
+        help="Cache directory (default: $RUBRICGYM_CACHE/alfworld/generated-<seed>-<n>).",
     ),
     task_type: Optional[list[str]] = typer.Option(
         None, "--task-type", help="Restrict to these task types (repeatable); default: all six."
