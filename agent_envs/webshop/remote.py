@@ -377,13 +377,20 @@ class BrowserBackend:
         return hits[-1]  # the engine's clickables keep the last element of a repeated text
 
     def _click_and_wait(self, element: Any) -> None:
-        from selenium.webdriver.common.by import By
-        from selenium.webdriver.support import expected_conditions as ec
+        """Click and wait for the next document: the old window's marker is gone and the new
+        page has loaded (polling ignores the driver's transient errors mid-navigation)."""
+        from selenium.common.exceptions import TimeoutException, WebDriverException
         from selenium.webdriver.support.ui import WebDriverWait
 
-        old = self.driver.find_element(By.TAG_NAME, "html")
+        self.driver.execute_script("window.__rubricgymOldPage = true;")
         element.click()
-        WebDriverWait(self.driver, self.timeout).until(ec.staleness_of(old))
+        try:
+            WebDriverWait(self.driver, self.timeout, poll_frequency=0.02,
+                          ignored_exceptions=(WebDriverException,)).until(
+                lambda d: d.execute_script("return window.__rubricgymOldPage === undefined "
+                                           "&& document.readyState === 'complete';"))
+        except TimeoutException:
+            raise RemoteError(f"no new page {self.timeout:.0f} s after a click at {self.driver.current_url}") from None
 
     def _read(self) -> PageSnapshot:
         data = self.driver.execute_script(_READ_JS)
