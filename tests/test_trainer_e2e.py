@@ -166,3 +166,28 @@ def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
     assert d0["digest"] == d1["digest"] and d0["identical"] and d1["identical"]
     assert sorted(p.name for p in (tmp_path / "ddp" / "rollouts").iterdir()) == [
         "update_00001.rank0.jsonl", "update_00001.rank1.jsonl"]
+
+
+ALFWORLD = ["env_id=ALFWorld-Rubric-v0", "env_kwargs={}", "train_split=generated", "val_split=generated", "max_steps=3"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_one_update_on_generated_alfworld(tmp_path, mode):
+    # env_workers: engines live in worker processes (a fresh ALFWorld engine made in a process
+    # whose earlier engines were garbage-collected can segfault, see the report)
+    ov = _overrides(tmp_path, mode, [*ALFWORLD, f"action_mode={mode}", "estimator=grpo", "env_workers=2"])
+    cfg = load_config("demo", ov)
+    trainer = Trainer(cfg)
+    assert not set(trainer.val_task_ids) & set(trainer.train_task_ids)  # validation held out
+    summary = trainer.train()
+    trajs = _check_run(Path(summary["run_dir"]), cfg)
+    for t in trajs:
+        assert 1 <= len(t.steps) <= 3
+        assert t.task_id in trainer.train_task_ids
+        for s in t.steps:
+            assert s.keys["exact"] is not None and s.keys["coarse"] is not None
+            if mode == "choose":
+                assert s.valid
+    evals = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "eval"]
+    assert evals[-1]["episodes"] == 2 and any(k.startswith("success/") for k in evals[-1])

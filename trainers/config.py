@@ -69,7 +69,7 @@ class TrainConfig:
     # --- model ---------------------------------------------------------------------------
     model: str = _f("smollm2", "Policy: 'tiny-llama', 'tiny-qwen2' (random, for tests), 'smollm2' (packaged SmolLM2-135M-Instruct), a local folder or a hub id.")
     dtype: str = _f("auto", "Parameter dtype; 'auto' = bfloat16 on a bf16-capable GPU, float32 otherwise.", ("auto", "float32", "bfloat16", "float16"))
-    mixed_precision: str = _f("auto", "Accelerate mixed precision; 'auto' = bf16 where the device supports it, else none.", ("auto", "no", "bf16", "fp16"))
+    mixed_precision: str = _f("auto", "Accelerate mixed precision; 'auto' = bf16 on a bf16-capable GPU or a CPU with AMX bf16, else none.", ("auto", "no", "bf16", "fp16"))
     lora: bool = _f(False, "Train peft LoRA adapters instead of all weights (the reference policy is then the base model with adapters disabled).")
     lora_r: int = _f(16, "LoRA rank r of the adapter matrices.")
     lora_alpha: int = _f(32, "LoRA scaling alpha (the update is scaled by alpha / r).")
@@ -285,10 +285,14 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
             raise ConfigError(f"override {item!r} must look like field=value")
         key, raw = item.split("=", 1)
         key = key.strip().lstrip("-").replace("-", "_")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+        tp = _field_types().get(key)
+        if tp is str:  # plain strings are taken verbatim ("no" must not become False)
+            value = raw.strip()
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:
+                value = raw
         if "." in key:
             head, sub = key.split(".", 1)
             current = getattr(cfg, head, None)

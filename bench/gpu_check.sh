@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# GPU check for the trainer (< 8 minutes on one GPU): one real update of SmolLM2-135M-Instruct
+# (packaged GGUF, converted once) in generate mode with the papers' 512-token responses, then
+# tokens/s and peak GPU memory.  Run from the repository root on a CUDA machine:
+#     bash bench/gpu_check.sh
+set -euo pipefail
+export TOKENIZERS_PARALLELISM=false
+OUT=${OUT:-/tmp/rubricgym-gpu-check}
+mkdir -p "$OUT"
+python - <<'PY' 2>&1 | tee "$OUT/gpu_check.log"
+import json, os, time, torch
+assert torch.cuda.is_available(), "no CUDA device"
+from trainers.config import load_config
+from trainers.trainer import Trainer
+from trainers.metrics import read_metrics
+try:
+    import agent_envs.alfworld.env  # noqa: F401
+    env = ["env_id=ALFWorld-Rubric-v0", "train_split=generated", "val_split=generated"]
+except ImportError:
+    env = ["env_id=WebShop-Rubric-v0", "env_kwargs={catalogue: generated, num_products: 500, tagger: lexicon}",
+           "train_split=train", "val_split=eval"]
+out = os.environ.get("OUT", "/tmp/rubricgym-gpu-check")
+rows = []
+for mode, extra in (("generate", ["max_response_tokens=512", "prompt_style=think"]), ("choose", ["prompt_style=action_only"])):
+    torch.cuda.reset_peak_memory_stats()
+    ov = ["model=smollm2", f"action_mode={mode}", "groups_per_update=8", "group_size=8", "max_steps=8",
+          "updates=1", "val_tasks=0", "eval_at_start=false", "save_every=1", "estimator=grpo", "kl_coef=0.01",
+          "mixed_precision=bf16", "gradient_checkpointing=true", "micro_batch_rows=16", "rollout_batch_size=128",
+          "progress=false", f"output_dir={out}", f"run_name=gpu-{mode}-{int(time.time())}", *env, *extra]
+    t = Trainer(load_config("demo", ov))
+    t.train()
+    r = [x for x in read_metrics(t.run_dir) if x["phase"] == "train"][0]
+    r["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 2**30
+    rows.append((mode, r))
+print(f"{'mode':10} {'decisions':>9} {'dec/s':>7} {'gen tok/s':>10} {'rollout s':>9} {'optim s':>8} {'peak GPU GB':>11}")
+for mode, r in rows:
+    print(f"{mode:10} {r['rollout/decisions']:9.0f} {r['rollout/decisions_per_s']:7.2f} {r.get('rollout/gen_tokens_per_s', 0):10.1f} "
+          f"{r['rollout/rollout_s']:9.2f} {r['opt/optimize_s']:8.2f} {r['peak_gpu_gb']:11.2f}")
+json.dump([dict(mode=m, **r) for m, r in rows], open(os.path.join(out, "gpu_check.json"), "w"), indent=1)
+PY
