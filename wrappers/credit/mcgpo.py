@@ -68,9 +68,12 @@ included too.
 
 from __future__ import annotations
 
+import operator
 import zlib
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -84,7 +87,7 @@ from wrappers.credit.base import (
     register_estimator,
 )
 from wrappers.credit.common import NORMS, check_choice
-from wrappers.credit.graphgpo import graphgpo_credit
+from wrappers.credit.graphgpo import graphgpo_batch
 
 __all__ = [
     "KEY_MODES",
@@ -236,11 +239,14 @@ def context_keys(
 
 
 def _first_visits(keys_i: Sequence[int], b: int) -> dict[int, int]:
-    """t_i(g; b) = min{t ≥ b : g_t = g} for every key g of one trajectory [Eq. 9]."""
-    first: dict[int, int] = {}
-    for t in range(len(keys_i) - 1, b - 1, -1):  # backwards: the earliest visit is written last
-        first[keys_i[t]] = t
-    return first
+    """t_i(g; b) = min{t ≥ b : g_t = g} for every key g of one trajectory [Eq. 9].
+
+    Keys are inserted walking backwards (the earliest visit is written last), so the dict
+    lists them by their last visit, latest first; that order fixes the order of
+    :func:`comparisons`.
+    """
+    n = len(keys_i)
+    return dict(zip(reversed(keys_i), range(n - 1, b - 1, -1)))  # zip stops before t < b
 
 
 @dataclass
@@ -255,6 +261,7 @@ class _Prepared:
 
 
 def _prepare(group: Sequence[Trajectory], ctx: Mapping[str, list[list[Hashable]]]) -> _Prepared:
+    """:class:`_Prepared` from the context keys of :func:`context_keys`."""
     keys: dict[str, list[Hashable]] = {}
     first_ev: dict[str, list[dict[int, int]]] = {}
     first_cand: dict[str, list[dict[int, int]]] = {}
@@ -269,6 +276,99 @@ def _prepare(group: Sequence[Trajectory], ctx: Mapping[str, list[list[Hashable]]
         first_ev[lv], first_cand[lv] = ev, ca
     action = [[s.action_key for s in t.steps] for t in group]
     return _Prepared(keys, first_ev, first_cand, action, [t.slot % 2 for t in group])
+
+
+_GET_EXACT = operator.itemgetter("exact")
+_GET_COARSE = operator.itemgetter("coarse")
+_GET_SIGNATURE = operator.itemgetter("signature")
+
+
+def _intern(values: list[Hashable]) -> tuple[list[int], list[Hashable]]:
+    """Ids in order of first appearance, and the distinct values (raises TypeError if unhashable)."""
+    uniq = list(dict.fromkeys(values))
+    index = dict(zip(uniq, range(len(uniq))))
+    return list(map(index.__getitem__, values)), uniq
+
+
+def _prepare_fast(
+    group: Sequence[Trajectory], keys: str, shuffle_rubric: bool, shuffle_seed: int
+) -> _Prepared | None:
+    """:func:`_prepare` of :func:`context_keys` without building a key tuple per row.
+
+    Handles the well-formed case only (every ``Step.keys`` a dict holding the keys the mode
+    needs, hashable and not ``None``; signatures (C, F) tuples) and returns ``None``
+    otherwise, so that the caller falls back to :func:`context_keys`, which names the
+    problem or reports missing keys.  The ids equal those of the fallback: components are
+    interned separately and combined in row order, the key of a level is the tuple of its
+    components, and the first appearance of a key is the first appearance of its
+    combination.
+    """
+    steps = [s for t in group for s in t.steps]
+    dicts = [s.keys for s in steps]
+    if any(type(k) is not dict for k in dicts):
+        return None
+    need_h = keys in ("joint", "state")
+    need_sig = keys in ("joint", "rubric")
+    try:
+        if need_h:
+            ex_ids, ex_u = _intern(list(map(_GET_EXACT, dicts)))
+            co_ids, co_u = _intern(list(map(_GET_COARSE, dicts)))
+            if any(h is None for h in ex_u) or any(h is None for h in co_u):
+                return None
+        if need_sig:
+            sg_ids, sg_u = _intern(list(map(_GET_SIGNATURE, dicts)))
+            if any(type(sig) is not tuple or len(sig) != 2 for sig in sg_u):
+                return None  # (None is not a tuple either)
+    except (KeyError, TypeError):
+        return None
+    if need_sig and shuffle_rubric and steps:
+        seed = [int(shuffle_seed) & 0xFFFFFFFF, zlib.crc32(repr(group[0].task_id).encode("utf-8"))]
+        perm = np.random.default_rng(seed).permutation(len(steps))
+        sg_ids = [sg_ids[p] for p in perm.tolist()]
+    lengths = [len(t.steps) for t in group]
+    out_keys: dict[str, list[Hashable]] = {}
+    first_ev: dict[str, list[dict[int, int]]] = {}
+    first_cand: dict[str, list[dict[int, int]]] = {}
+    for lv in LEVELS:
+        if keys == "joint":
+            h_ids, h_u = (ex_ids, ex_u) if lv == "exact" else (co_ids, co_u)
+            width = len(sg_u)
+            ids, codes = _intern([h * width + c for h, c in zip(h_ids, sg_ids)])
+            out_keys[lv] = [(h_u[code // width], *sg_u[code % width]) for code in codes]
+        elif keys == "state":
+            ids, out_keys[lv] = (ex_ids, ex_u) if lv == "exact" else (co_ids, co_u)
+        else:
+            ids, codes = _intern(sg_ids)
+            out_keys[lv] = [sg_u[code] for code in codes]
+        ev, ca = [], []
+        k0 = 0
+        for n in lengths:
+            per = ids[k0 : k0 + n]
+            k0 += n
+            ev.append(dict(zip(reversed(per), range(n - 1, -1, -1))))
+            ca.append(dict(zip(reversed(per), range(n - 1, 0, -1))))
+        first_ev[lv], first_cand[lv] = ev, ca
+    action = [[s.action_key for s in t.steps] for t in group]
+    return _Prepared(out_keys, first_ev, first_cand, action, [t.slot % 2 for t in group])
+
+
+def _prepared(
+    group: Sequence[Trajectory],
+    keys: str,
+    shuffle_rubric: bool,
+    shuffle_seed: int,
+    group_index: int | None,
+) -> _Prepared | None:
+    """The group's :class:`_Prepared`, or ``None`` when keys are missing (see
+    :func:`context_keys`, which also raises for malformed keys)."""
+    check_choice("keys", keys, KEY_MODES)
+    prep = _prepare_fast(group, keys, shuffle_rubric, shuffle_seed)
+    if prep is not None:
+        return prep
+    ctx = context_keys(
+        group, keys, shuffle_rubric=shuffle_rubric, shuffle_seed=shuffle_seed, group_index=group_index
+    )
+    return None if ctx is None else _prepare(group, ctx)
 
 
 def _comparisons(
@@ -286,42 +386,54 @@ def _comparisons(
 
     Rows are grouped by (key, action), so the support gate and the label are evaluated once
     per action pair of a key; a row pair supported at the exact level is never revisited at
-    the coarse level [Eq. 2].
+    the coarse level [Eq. 2].  Only keys first-visited by two or more candidate
+    trajectories can form a pair, so only their rows and evidence are gathered.
     """
     n = len(prep.fold)
     cand = [i for i in range(n) if prep.fold[i] == c]
     evid = [i for i in range(n) if prep.fold[i] == (1 - c if evidence == "opposite" else c)]
     action = prep.action
+    ys = [float(y) for y in success.tolist()]
     counts = {lv: 0 for lv in LEVELS}
     decided: set[tuple[Row, Row]] = set()
     out: list[Comparison] = []
     for lv in LEVELS:
-        # Evidence E(g, a): (g, a) -> [n_a, successes] over first visits with b = 0
-        tab: dict[tuple[int, Hashable], list[float]] = {}
-        for e in evid:
-            act, y = action[e], float(success[e])
-            for g, t in prep.first_ev[lv][e].items():
-                cell = tab.get((g, act[t]))
-                if cell is None:
-                    tab[(g, act[t])] = [1, y]
-                else:
-                    cell[0] += 1
-                    cell[1] += y
-        # Candidate rows (first visits with b = 1) by key and action
-        by_key: dict[int, dict[Hashable, list[Row]]] = {}
-        for i in cand:
-            act = action[i]
-            for g, t in prep.first_cand[lv][i].items():
-                by_key.setdefault(g, {}).setdefault(act[t], []).append((i, t))
-        for g, by_act in by_key.items():
+        fc = [prep.first_cand[lv][i] for i in cand]
+        fe = [(prep.first_ev[lv][e], action[e], ys[e]) for e in evid]
+        # keys in order of first appearance over the candidates (i ascending, dict order)
+        visits = Counter(chain.from_iterable(fc))
+        for g, k in visits.items():
+            if k < 2:
+                continue
+            # Candidate rows (first visits with b = 1) of key g by action, i ascending
+            by_act: dict[Hashable, list[Row]] = {}
+            for i, first in zip(cand, fc):
+                t = first.get(g)
+                if t is not None:
+                    rows_a = by_act.get(action[i][t])
+                    if rows_a is None:
+                        by_act[action[i][t]] = [(i, t)]
+                    else:
+                        rows_a.append((i, t))
             if len(by_act) < 2:
                 continue
+            # Evidence E(g, ·): action -> [n_a, successes] over first visits with b = 0
+            tab: dict[Hashable, list[float]] = {}
+            for first, act, y in fe:
+                t = first.get(g)
+                if t is not None:
+                    cell = tab.get(act[t])
+                    if cell is None:
+                        tab[act[t]] = [1, y]
+                    else:
+                        cell[0] += 1
+                        cell[1] += y
             acts = list(by_act)
             for x in range(len(acts)):
                 for y in range(x + 1, len(acts)):
                     a, b = acts[x], acts[y]
                     counts[lv] += len(by_act[a]) * len(by_act[b])
-                    na, nb = tab.get((g, a)), tab.get((g, b))
+                    na, nb = tab.get(a), tab.get(b)
                     if na is None or nb is None:
                         continue
                     n_star = int(min(na[0], nb[0]))
@@ -456,19 +568,12 @@ def mcgpo_pairs(
         "losses": 0,
         "agreement": 0.0,
     }
-    ctx = context_keys(
-        group,
-        keys,
-        shuffle_rubric=shuffle_rubric,
-        shuffle_seed=shuffle_seed,
-        group_index=group_index,
-    )
-    if ctx is None:
+    prep = _prepared(group, keys, shuffle_rubric, shuffle_seed, group_index)
+    if prep is None:
         stats["missing_keys"] = 1
         return [], stats
     success = np.array([t.score >= success_threshold for t in group], dtype=bool)
     q = {"exact": float(q_exact), "coarse": float(q_coarse)}
-    prep = _prepare(group, ctx)
     prefs: list[Preference] = []
     for c in (0, 1):
         n_cand, comps = _comparisons(
@@ -541,11 +646,10 @@ def comparisons(
     with missing keys.
     """
     check_choice("evidence", evidence, EVIDENCE)
-    ctx = context_keys(group, keys, shuffle_rubric=shuffle_rubric, shuffle_seed=shuffle_seed)
-    if ctx is None:
+    prep = _prepared(group, keys, shuffle_rubric, shuffle_seed, None)
+    if prep is None:
         return []
     success = np.array([t.score >= success_threshold for t in group], dtype=bool)
-    prep = _prepare(group, ctx)
     q = {"exact": float(q_exact), "coarse": float(q_coarse)}
     out: list[Comparison] = []
     for c in (0, 1):
@@ -718,19 +822,21 @@ class MCGPO(Estimator):
         }
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """GraphGPO task credit for the whole batch in one vectorised pass, then the
+        preferences group by group."""
+        credits = graphgpo_batch(
+            groups,
+            gamma=self.gamma,
+            success_reward=self.success_reward,
+            unreachable=self.unreachable,
+            norm=self.norm,
+            step_weight=self.step_weight,
+            episode_weight=self.episode_weight,
+            episode_norm=self.episode_norm,
+        )
         results = []
         params = self.pair_params()
-        for g, group in enumerate(groups):
-            task = graphgpo_credit(
-                group,
-                gamma=self.gamma,
-                success_reward=self.success_reward,
-                unreachable=self.unreachable,
-                norm=self.norm,
-                step_weight=self.step_weight,
-                episode_weight=self.episode_weight,
-                episode_norm=self.episode_norm,
-            )
+        for g, (group, task) in enumerate(zip(groups, credits)):
             pairs, stats = mcgpo_pairs(group, group_index=g, **params)
             results.append(
                 CreditResult(
