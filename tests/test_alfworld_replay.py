@@ -1,0 +1,105 @@
+"""Stored walkthroughs win through ``gym.make("ALFWorld-Rubric-v0")`` with the rubric at its maximum.
+
+Fast suite: one real game per task type and six generated games (one per type).
+Slow suite: all 274 ``valid_seen`` + ``valid_unseen`` games and 240 generated games.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import gymnasium as gym
+import pytest
+
+import agent_envs  # noqa: F401
+from agent_envs.alfworld.game import FAMILY_MAX_PROGRESS, TASK_TYPES
+
+
+def _replay(env, task) -> tuple[str, dict]:
+    """Play the stored walkthrough of ``task``; returns (task type, final info)."""
+    obs, info = env.reset(options={"task": task})
+    walkthrough = json.loads(open(info["task"]["gamefile"], encoding="utf-8").read())["walkthrough"]
+    assert walkthrough, info["task"]["id"]
+    for k, action in enumerate(walkthrough):
+        assert action in info["admissible_actions"], (info["task"]["id"], k, action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        last = k == len(walkthrough) - 1
+        assert info["valid"] and terminated is last and not truncated, (info["task"]["id"], k, action)
+        assert reward == (10.0 if last else 0.0)
+    return info["task"]["type"], info
+
+
+def _check_final(task_type: str, info: dict) -> None:
+    rubric = info["rubric"]
+    r = 2 if task_type == "pick_two_obj_and_place" else 1
+    family_max = r if task_type.startswith("pick_two") or task_type == "pick_and_place_simple" else None
+    if family_max is None:
+        family_max = FAMILY_MAX_PROGRESS["look" if task_type.startswith("look") else "clean"]
+    assert info["won"] and info["score"] == 1.0 and rubric["solved"] is True, info["task"]["id"]
+    assert rubric["goal_progress"] == family_max, (info["task"]["id"], rubric)
+    assert rubric["target_acquired"] == r and rubric["invalid_actions"] == 0
+
+
+def _first_per_type(ids: list[str]) -> list[str]:
+    chosen: dict[str, str] = {}
+    for t in ids:
+        chosen.setdefault(t.split("-", 1)[0], t)
+    assert sorted(chosen) == sorted(TASK_TYPES)
+    return [chosen[k] for k in TASK_TYPES]
+
+
+def test_walkthroughs_win_one_real_game_per_type(alfworld_data):
+    env = gym.make("ALFWorld-Rubric-v0", split="valid_unseen", data_root=str(alfworld_data))
+    for task in _first_per_type(env.unwrapped.task_ids()):
+        task_type, info = _replay(env, task)
+        _check_final(task_type, info)
+    env.close()
+
+
+@pytest.mark.slow
+def test_walkthroughs_win_all_274_validation_games(alfworld_data):
+    won: Counter[str] = Counter()
+    for split in ("valid_seen", "valid_unseen"):
+        env = gym.make("ALFWorld-Rubric-v0", split=split, data_root=str(alfworld_data))
+        for task in env.unwrapped.task_ids():
+            task_type, info = _replay(env, task)
+            _check_final(task_type, info)
+            won[split] += 1
+        env.close()
+    assert won == {"valid_seen": 140, "valid_unseen": 134}
+
+
+@pytest.fixture(scope="session")
+def six_generated(tmp_path_factory):
+    """Six generated games (one per task type) in a private cache."""
+    return tmp_path_factory.mktemp("alfworld-generated") / "six"
+
+
+def test_generated_split_plays_with_no_data_installed(six_generated, tmp_path):
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make(
+        "ALFWorld-Rubric-v0", split="generated", generated_n=6, generated_cache_dir=str(six_generated),
+        data_root=str(tmp_path / "no-alfworld-data-here"),
+    )
+    ids = env.unwrapped.task_ids()
+    assert sorted(t.split("-", 1)[0] for t in ids) == sorted(TASK_TYPES)
+    for task in ids:
+        task_type, info = _replay(env, task)
+        _check_final(task_type, info)
+        assert info["task"]["split"] == "generated"
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+@pytest.mark.slow
+def test_walkthroughs_win_240_generated_games():
+    env = gym.make("ALFWorld-Rubric-v0", split="generated", generated_n=240, generated_seed=0)
+    counts: Counter[str] = Counter()
+    for task in env.unwrapped.task_ids():
+        task_type, info = _replay(env, task)
+        _check_final(task_type, info)
+        counts[task_type] += 1
+    assert counts == {t: 40 for t in TASK_TYPES}
+    env.close()
