@@ -32,9 +32,9 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue  # noqa: E402
-from agent_envs.webshop.oracle import oracle_next  # noqa: E402
-from agent_envs.webshop.session import PageSnapshot  # noqa: E402
+from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
+from agent_envs.webshop.oracle import oracle_next
+from agent_envs.webshop.session import PageSnapshot
 
 MAX_STEPS = 15
 
@@ -161,6 +161,8 @@ def main() -> None:
         health = requests.get(url + "/healthz", timeout=30).json()
         print(f"server {url}: {health['catalogue']}, tagger {health['tagger']}; "
               f"{args.episodes} oracle episodes per client")
+        warm = argparse.Namespace(**{**vars(args), "episodes": 2})
+        run(url, 1, warm, goals, catalogue)  # warm-up (search index, caches), not reported
         rows = [run(url, n, args, goals, catalogue) for n in args.clients]
     finally:
         if proc is not None:

@@ -58,8 +58,15 @@ if TYPE_CHECKING:
     from agent_envs.webshop.env import WebShopRubricEnv
     from agent_envs.webshop.server import BackgroundServer
 
-__all__ = ["HttpBackend", "BrowserBackend", "RemoteError", "make_remote_backend", "precheck_action",
-           "CHROMIUM_FLAGS", "find_browser"]
+__all__ = [
+    "CHROMIUM_FLAGS",
+    "BrowserBackend",
+    "HttpBackend",
+    "RemoteError",
+    "find_browser",
+    "make_remote_backend",
+    "precheck_action",
+]
 
 logger = logging.getLogger(__name__)
 

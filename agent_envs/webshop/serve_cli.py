@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -29,13 +28,13 @@ webshop_app = typer.Typer(help="The WebShop server (HTML pages for browsers, JSO
 def serve_webshop(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
     port: int = typer.Option(3000, "--port", min=0, max=65535, help="TCP port (0: any free port)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Directory with upstream's WebShop files "
+    data: Path | None = typer.Option(None, "--data", help="Directory with upstream's WebShop files "
                                         "(default: installed files if any, else the generated catalogue)."),
     num_products: int = typer.Option(1000, "--num-products", min=1, help="Size of the generated catalogue."),
     seed: int = typer.Option(0, "--seed", help="Generator seed of the generated catalogue."),
     price_seed: int = typer.Option(0, "--price-seed", help="Seed of range prices and price ceilings."),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Check upstream files' published sha256."),
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Use only the first N raw products."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Use only the first N raw products."),
     tagger: str = typer.Option("auto", "--tagger", help="Noun tagger of r_type: auto, spacy, spacy:<model>, lexicon."),
     goal_kind: str = typer.Option("human", "--goal-kind", help="Goals of sessions opened in a browser: human or synthetic."),
     max_sessions: int = typer.Option(4096, "--max-sessions", min=1, help="Sessions kept (least recently used dropped)."),

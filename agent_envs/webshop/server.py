@@ -69,7 +69,6 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from agent_envs.webshop.catalogue import Catalogue, CatalogueSpec, get_catalogue
 from agent_envs.webshop.goals import Goal
-from agent_envs.webshop.render import Node
 from agent_envs.webshop.scorer import NounTagger, get_tagger
 from agent_envs.webshop.session import (
     MAX_KEYWORDS_CHARS,
@@ -80,19 +79,19 @@ from agent_envs.webshop.session import (
 )
 
 __all__ = [
-    "create_app",
-    "ShopServer",
-    "SessionStore",
-    "BackgroundServer",
-    "serve",
-    "encode_segment",
-    "decode_segment",
-    "is_loopback",
-    "MAX_CONTENT_LENGTH",
-    "MAX_URL_CHARS",
-    "MAX_SESSION_ID_CHARS",
     "MAX_ACTION_CHARS",
+    "MAX_CONTENT_LENGTH",
+    "MAX_SESSION_ID_CHARS",
+    "MAX_URL_CHARS",
     "SESSION_ID_RE",
+    "BackgroundServer",
+    "SessionStore",
+    "ShopServer",
+    "create_app",
+    "decode_segment",
+    "encode_segment",
+    "is_loopback",
+    "serve",
 ]
 
 logger = logging.getLogger(__name__)
@@ -105,7 +104,7 @@ MAX_SESSION_ID_CHARS = 64
 #: Longest action accepted by the API (the environment's own limit).
 MAX_ACTION_CHARS = 4096
 #: Session ids: letters, digits, ``_`` and ``-``.
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,%d}$" % MAX_SESSION_ID_CHARS)
+SESSION_ID_RE = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_SESSION_ID_CHARS}}}$")
 _FIXED_RE = re.compile(r"^fixed_(\d{1,9})$")
 _NONE_SEGMENT = "%"  # never produced by encode_segment for a string (every '%' is escaped)
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -619,7 +618,8 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
 
 # --------------------------------------------------------------------------- serving
 class _Handler(WSGIRequestHandler):
-    """Werkzeug's request handler with HTTP/1.1 keep-alive (as ``run_simple`` does when threaded)."""
+    """Werkzeug's request handler speaking HTTP/1.1 (as ``run_simple`` does when threaded;
+    werkzeug still closes the connection after each response)."""
 
     protocol_version = "HTTP/1.1"
 
@@ -630,7 +630,7 @@ class _Handler(WSGIRequestHandler):
             self.request_version = self.protocol_version  # answer with a status line
         super().send_error(code, message, explain)
 
-    def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002 - werkzeug's signature
+    def log(self, type: str, message: str, *args: Any) -> None:
         """Access and error lines go to this module's logger (debug / warning), not stderr."""
         level = logging.WARNING if type == "error" else logging.DEBUG
         logger.log(level, "%s - %s", self.address_string(), message % args)
@@ -679,7 +679,7 @@ class BackgroundServer:
 
 def serve(app: Flask, host: str = "127.0.0.1", port: int = 3000,
           on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve ``app`` in the foreground until interrupted (threaded, HTTP/1.1).
+    """Serve ``app`` in the foreground until interrupted (werkzeug, one thread per request).
 
     ``on_ready`` is called with the base URL once the socket is bound (``port=0`` picks a free port).
     """
