@@ -60,8 +60,9 @@ import numpy as np
 
 from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import NORMS, check_choice, outcomes, step_returns, task_norm
-from wrappers.credit.gigpo import gigpo_step_advantages
+from wrappers.credit.common import NORMS, check_choice, outcomes, task_norm
+from wrappers.credit.gigpo import gigpo_step_batch
+from wrappers.credit.graph import RowTable
 from wrappers.credit.scorers import PairScorer, check_scorer_spec, make_scorer
 
 __all__ = [
@@ -281,14 +282,17 @@ def length_balanced_order(lengths: Sequence[float] | np.ndarray, partitions: int
     cap = [n // k + (1 if p < n % k else 0) for p in range(k)]
     count = [0] * k
     heap = [(0.0, p) for p in range(k)]  # (load, part): least loaded, then lowest index
-    part = np.empty(n, dtype=np.intp)
+    part = [0] * n
+    xs = x.tolist()
     for r in np.lexsort((np.arange(n), -x)).tolist():  # longest first, ties by index
-        load, p = heapq.heappop(heap)
+        load, p = heap[0]  # (load, part) pairs are distinct, so the minimum is unique
         part[r] = p
         count[p] += 1
-        if count[p] < cap[p]:  # a full part leaves the heap
-            heapq.heappush(heap, (load + float(x[r]), p))
-    return np.lexsort((np.arange(n), part)).astype(np.intp)
+        if count[p] < cap[p]:
+            heapq.heapreplace(heap, (load + xs[r], p))
+        else:  # a full part leaves the heap
+            heapq.heappop(heap)
+    return np.lexsort((np.arange(n), np.array(part, dtype=np.intp))).astype(np.intp)
 
 
 def _check_scores(M: np.ndarray, g: int) -> None:
@@ -420,7 +424,12 @@ class SCPO(Estimator):
     # -- orders -----------------------------------------------------------------------------
     def _batch_positions(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[np.ndarray]]:
         """Per group and trajectory, each step's position in the length-balanced batch."""
-        lengths = [_row_length(s) for group in groups for t in group for s in t.steps]
+        lengths = [
+            _row_length(s) if s.extra else float(len(s.observation) + len(s.action))
+            for group in groups
+            for t in group
+            for s in t.steps
+        ]
         perm = length_balanced_order(lengths, self.partitions)
         pos = np.empty(len(lengths), dtype=np.intp)
         pos[perm] = np.arange(len(lengths))
@@ -507,19 +516,24 @@ class SCPO(Estimator):
         return out, seconds
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """Credit for validated groups: the matcher per failed sibling, then GiGPO's step
+        term over the whole batch at once (anchor groups never span groups)."""
         all_traces, scorer_seconds = self._traces(groups)
-        results = []
-        for group, traces in zip(groups, all_traces):
-            credit = [np.zeros(len(t.steps)) for t in group]
+        rows = RowTable(groups)
+        credit = np.zeros(rows.n_rows)
+        offsets = rows.offsets
+        for first, traces in zip(rows.group_traj.tolist(), all_traces):
             for tr in traces:
-                credit[tr.failed][tr.failed_steps] = tr.credit
-            returns = [step_returns(t, self.gamma) for t in group]
-            shaped = [r + self.alpha * c for r, c in zip(returns, credit)]  # Eq. 4: R̃ = R + α·r
-            a_s, stats = gigpo_step_advantages(group, self.gamma, self.norm, returns=shaped)
+                credit[offsets[first + tr.failed] + np.asarray(tr.failed_steps, dtype=np.intp)] = tr.credit
+        shaped = rows.split_groups(rows.returns(self.gamma) + self.alpha * credit)  # Eq. 4: R̃ = R + α·r
+        a_s, all_stats = gigpo_step_batch(groups, self.gamma, self.norm, returns=shaped, rows=rows)
+        step = rows.split_groups(a_s)
+        results = []
+        for group, traces, shaped_g, a_s_g, stats in zip(groups, all_traces, shaped, step, all_stats):
             a_e = task_norm(group, self.norm, self.episode_norm)  # unshaped A_E
-            adv = [self.episode_weight * e + self.step_weight * s for e, s in zip(a_e, a_s)]
+            adv = [self.episode_weight * e + self.step_weight * s for e, s in zip(a_e, a_s_g)]
             failed = len(traces)
-            rows = sum(len(group[tr.failed].steps) for tr in traces)
+            n_rows = sum(len(group[tr.failed].steps) for tr in traces)
             credited = int(sum(int(np.count_nonzero(tr.position >= 0)) for tr in traces))
             aux = float(self.alpha * sum(float(tr.credit.sum()) for tr in traces))
             stats.update(
@@ -528,13 +542,13 @@ class SCPO(Estimator):
                 credited_steps=credited,
                 credited_steps_per_failed=credited / failed if failed else 0.0,
                 aux_reward_sum=aux,
-                mean_aux_reward=aux / rows if rows else 0.0,
+                mean_aux_reward=aux / n_rows if n_rows else 0.0,
                 filtered_steps=int(
                     sum(len(group[tr.failed].steps) - len(tr.failed_steps) for tr in traces)
                 ),
                 batch_scorer_seconds=scorer_seconds,
             )
-            results.append(CreditResult(adv, shaped_rewards=shaped, stats=stats))
+            results.append(CreditResult(adv, shaped_rewards=shaped_g, stats=stats))
         return results
 
 
