@@ -1,0 +1,137 @@
+"""Sibling-group rollouts on the real ALFWorld engine (in-process and in worker processes)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+from agent_envs.rollout import GroupRunner, Turn, matching_keys, per_episode, rollout_group
+from agent_envs.trajectory import load_jsonl, save_jsonl
+
+TASK = "pick_and_place_simple-Book-None-SideTable-329/trial_T20190908_050633_745514"
+WALK = ["go to bed 1", "take book 2 from bed 1", "go to sidetable 1", "move book 2 to sidetable 1"]
+
+
+def scripted(turns):
+    """Slot 0 solves, slot 1 first says something invalid then solves, slot 2 only looks."""
+    out = []
+    for t in turns:
+        if t.slot == 0:
+            out.append(WALK[t.t])
+        elif t.slot == 1:
+            out.append("dance" if t.t == 0 else WALK[t.t - 1])
+        else:
+            out.append("look")
+    return out
+
+
+@pytest.fixture(scope="module")
+def env_kwargs(alfworld_data):
+    return {"split": "valid_seen", "data_root": str(alfworld_data), "max_steps": 6}
+
+
+def test_sibling_group_trajectories_are_filled_from_info(env_kwargs, tmp_path):
+    trajs = rollout_group("ALFWorld-Rubric-v0", TASK, scripted, group_size=3, env_kwargs=env_kwargs)
+    assert [t.slot for t in trajs] == [0, 1, 2]
+    assert {t.task_id for t in trajs} == {TASK}
+    assert len({t.steps[0].observation for t in trajs}) == 1  # identical start states
+    solve, detour, idle = trajs
+
+    assert [s.action for s in solve.steps] == WALK
+    assert [s.reward for s in solve.steps] == [0.0, 0.0, 0.0, 10.0]
+    assert (solve.success, solve.score, solve.truncated, solve.outcome) == (True, 1.0, False, 10.0)
+    assert all(s.valid and s.penalty == 0.0 for s in solve.steps)
+    # rubric is the PRE-action status: empty at t=0, "holding the book" before t=2
+    assert not any(solve.steps[0].rubric.values())
+    assert (solve.steps[2].rubric["target_acquired"], solve.steps[2].rubric["target_in_hand"]) == (1, True)
+    A, H, L = "target_acquired", "target_in_hand", "target_placed"
+    assert solve.steps[2].keys == {
+        "exact": ("pick_and_place_simple", "bed 1", "book 2", frozenset({"book 2"}), frozenset(), frozenset(), False),
+        # horizon 6, 2 steps taken: remaining 4/6 = .67 -> bin 2 (cuts at .25/.5/.75)
+        "coarse": ("pick_and_place_simple", "bed 1", True, False, 0, False, 2),
+        "signature": (frozenset({A, H}), frozenset({L})),
+    }
+    assert solve.steps[2].extra == {"signature": ["AH", "L"]}
+    for a, b in zip(solve.steps, solve.steps[1:]):
+        assert a.next_state_key == b.state_key and a.feedback == b.observation
+    assert solve.steps[-1].next_state_key.startswith("You move the book 2 to the sidetable 1.")
+
+    assert (detour.steps[0].valid, detour.steps[0].penalty, detour.steps[0].reward) == (False, -0.1, 0.0)
+    assert detour.steps[0].action == "dance"
+    assert detour.steps[0].feedback == "Nothing happens.\n\nLocation: the middle of the room. Holding: nothing."
+    assert detour.success and len(detour) == 5 and detour.steps[1].rubric["invalid_actions"] == 1
+
+    assert (len(idle), idle.success, idle.truncated, idle.score) == (6, False, True, 0.0)
+
+    path = tmp_path / "group.jsonl"
+    save_jsonl(path, trajs)
+    assert load_jsonl(path) == trajs
+
+
+def test_worker_processes_give_the_same_trajectories(env_kwargs):
+    seq = rollout_group("ALFWorld-Rubric-v0", TASK, scripted, group_size=3, env_kwargs=env_kwargs)
+    par = rollout_group("ALFWorld-Rubric-v0", TASK, scripted, group_size=3, env_kwargs=env_kwargs, workers=2)
+    assert par == seq
+
+
+def test_runner_reuses_environments_across_groups(env_kwargs):
+    calls = []
+
+    def policy(turns):
+        calls.append(len(turns))
+        return scripted(turns)
+
+    with GroupRunner("ALFWorld-Rubric-v0", env_kwargs) as runner:
+        g1 = runner.run([TASK, TASK], policy, group_size=3)
+        envs = dict(runner._hosts.local)
+        g2 = runner.run([TASK], policy, group_size=3)
+        assert all(runner._hosts.local[k] is envs[k] for k in range(3))
+    assert g1[0] == g1[1] == g2[0]
+    # one batched call per turn with every live episode: 6 at t=0..3, then slot 1 (t=4) + slot 2
+    assert calls[:6] == [6, 6, 6, 6, 4, 2]
+
+
+class _Counter(gym.Env):
+    """A tiny text environment without any rubric info: count to three."""
+
+    observation_space = gym.spaces.Text(16)
+    action_space = gym.spaces.Text(16)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.n = int((options or {}).get("task", 0))
+        return str(self.n), {}
+
+    def step(self, action):
+        self.n += 1 if action == "up" else 0
+        return str(self.n), float(self.n == 3), self.n == 3, False, {}
+
+
+def test_any_environment_factory_works():
+    trajs = rollout_group(_Counter, 1, per_episode(lambda obs, info: "up"), group_size=2)
+    assert [[s.state_key for s in t.steps] for t in trajs] == [["1", "2"], ["1", "2"]]
+    assert [s.reward for s in trajs[0].steps] == [0.0, 1.0] and trajs[0].task_id == "group-0"
+    assert trajs[0].steps[0].keys == {} and trajs[0].steps[-1].next_state_key == "3"
+
+
+def test_bad_arguments_and_policies():
+    with pytest.raises(ValueError, match="task or a seed"):
+        rollout_group(_Counter, None, per_episode(lambda o, i: "up"), group_size=2)
+    with pytest.raises(ValueError, match="group_size"):
+        rollout_group(_Counter, 0, per_episode(lambda o, i: "up"), group_size=0)
+    with pytest.raises(ValueError, match="returned 1 actions for 2 turns"):
+        rollout_group(_Counter, 0, lambda turns: ["up"], group_size=2)
+    with pytest.raises(TypeError, match="str actions"):
+        rollout_group(_Counter, 0, lambda turns: [1 for _ in turns], group_size=2)
+    with pytest.raises(ValueError, match="workers"):
+        GroupRunner(_Counter, workers=-1)
+
+
+def test_matching_keys_split_the_signature_off_only_when_present():
+    C, F = frozenset({"a"}), frozenset({"b"})
+    assert matching_keys({"keys": {"exact": (1, C, F), "coarse": (2, C, F)}}) == {
+        "exact": (1,), "coarse": (2,), "signature": (C, F)}
+    already = {"exact": (1,), "coarse": (2,), "signature": (C, F)}
+    assert matching_keys({"keys": already}) == already
+    assert matching_keys({"keys": {"exact": (1, C), "coarse": (2, C)}}) == {"exact": (1, C), "coarse": (2, C)}
+    assert Turn(0, 1, 2, "o", {}).history == ()
