@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -187,6 +187,10 @@ def flat_batch(
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
             raise CreditInputError(f"row {bad[0]}: {name} is not finite ({arr[bad[0]]})")
+    fast = _fast_batch(n, rew, pen, key_cols, cols, group_id)
+    if fast is not None:
+        return fast
+    # The general path, which also names the row of any problem.
     g_codes, g_ids = _factorize([_item(v) for v in group_id], "group_id")
     t_codes, t_ids = _factorize([_item(v) for v in traj_id], "traj_id")
     # rows of each trajectory, in order of appearance
@@ -266,6 +270,140 @@ def flat_batch(
             groups[g] = [groups[g][i] for i in order]
             rows_out[g] = [rows_out[g][i] for i in order]
             tids_out[g] = [tids_out[g][i] for i in order]
+    return FlatBatch(groups, rows_out, n, g_ids, tids_out)
+
+
+#: Step fields in constructor order, so that steps are built with positional arguments.
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+_TRAJ_FIELDS = ("success", "score", "slot", "task_id", "truncated")
+
+
+def _py_values(col: Sequence[Any]) -> list[Any]:
+    """The column as a list of Python values (numpy scalars converted, as :func:`_item`)."""
+    if isinstance(col, np.ndarray) and col.dtype != object:
+        return col.tolist()  # (ndarray.tolist converts every element like .item())
+    values = list(col)
+    if any(isinstance(v, np.generic) for v in values):
+        return [_item(v) for v in values]
+    return values
+
+
+def _codes(values: list[Any]) -> tuple[np.ndarray, list[Hashable]] | None:
+    """Codes in order of first appearance (``None`` if a value is unhashable)."""
+    try:
+        uniq = list(dict.fromkeys(values))
+    except TypeError:
+        return None
+    index = dict(zip(uniq, range(len(uniq))))
+    return np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values)), uniq
+
+
+def _fast_batch(
+    n: int,
+    rew: np.ndarray,
+    pen: np.ndarray,
+    key_cols: Mapping[str, Sequence[Any]],
+    cols: Mapping[str, Sequence[Any] | None],
+    group_id: Sequence[Hashable],
+) -> FlatBatch | None:
+    """:func:`flat_batch` for well-formed input, column-wise; ``None`` sends the caller to
+    the general row-by-row path (which names the problem).  The result is equal: the same
+    groups, steps, trajectories and row indices."""
+    g = _codes(_py_values(group_id))
+    t = _codes(_py_values(cols["traj_id"]))
+    if g is None or t is None:
+        return None
+    (g_codes, g_ids), (t_codes, t_ids) = g, t
+    n_traj = len(t_ids)
+    _, first_row = np.unique(t_codes, return_index=True)
+    traj_group = g_codes[first_row]
+    if not np.array_equal(traj_group[t_codes], g_codes):
+        return None  # a trajectory id in two groups
+    step_index = cols["step_index"]
+    if step_index is None:
+        order = np.argsort(t_codes, kind="stable")  # order of appearance within a trajectory
+    else:
+        sidx = np.asarray(step_index)
+        if sidx.dtype.kind not in "iu":
+            return None
+        order = np.lexsort((sidx, t_codes))  # by trajectory, then step index (stable)
+    counts = np.bincount(t_codes, minlength=n_traj)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.intp)
+    t_sorted = t_codes[order]
+    if step_index is not None and not np.array_equal(
+        sidx[order], np.arange(n, dtype=np.intp) - starts[:-1][t_sorted]
+    ):
+        return None  # gaps or duplicates
+    # trajectory-level columns must be constant within a trajectory
+    traj_vals: dict[str, list[Any] | None] = {}
+    for name in _TRAJ_FIELDS:
+        col = cols[name]
+        if col is None:
+            traj_vals[name] = None
+            continue
+        vals = _py_values(col)
+        heads = [vals[r] for r in order[starts[:-1]].tolist()]
+        if any(vals[r] != heads[k] for r, k in zip(order.tolist(), t_sorted.tolist())):
+            return None
+        traj_vals[name] = heads
+    # step columns, in row order
+    action = cols["action"]
+    per_row: dict[str, list[Any]] = {
+        "state_key": _py_values(cols["state_key"]),
+        "action": [""] * n if action is None else list(map(str, action)),
+        "action_key": [None] * n if cols["action_key"] is None else _py_values(cols["action_key"]),
+        "reward": rew.tolist(),
+        "penalty": pen.tolist(),
+        "valid": [True] * n if cols["valid"] is None else list(map(bool, cols["valid"])),
+        "observation": [""] * n if cols["observation"] is None else list(map(str, cols["observation"])),
+        "feedback": [""] * n if cols["feedback"] is None else list(map(str, cols["feedback"])),
+        "next_state_key": [None] * n if cols["next_state_key"] is None else _py_values(cols["next_state_key"]),
+    }
+    names = list(key_cols)
+    key_vals = [_py_values(key_cols[k]) for k in names]
+    order_l = order.tolist()
+    rubric, extra = cols["rubric"], cols["extra"]
+    built: dict[str, list[Any]] = {
+        name: [values[r] for r in order_l] for name, values in per_row.items()
+    }
+    built["rubric"] = [{} for _ in order_l] if rubric is None else [dict(rubric[r]) for r in order_l]
+    built["extra"] = [{} for _ in order_l] if extra is None else [dict(extra[r]) for r in order_l]
+    built["keys"] = [dict(zip(names, vs)) for vs in zip(*([v[r] for r in order_l] for v in key_vals))] if names \
+        else [{} for _ in order_l]
+    if set(built) != set(_STEP_FIELDS):  # the data model changed: use the general path
+        return None
+    steps = list(map(Step, *(built[f] for f in _STEP_FIELDS)))
+    groups: list[list[Trajectory]] = [[] for _ in g_ids]
+    rows_out: list[list[np.ndarray]] = [[] for _ in g_ids]
+    tids_out: list[list[Hashable]] = [[] for _ in g_ids]
+    bounds = starts.tolist()
+    tg = traj_group.tolist()
+    success, score, slot = traj_vals["success"], traj_vals["score"], traj_vals["slot"]
+    task_id, truncated = traj_vals["task_id"], traj_vals["truncated"]
+    for k in range(n_traj):
+        gk = tg[k]
+        rows = order[bounds[k] : bounds[k + 1]]
+        outcome = float(rew[rows].sum())
+        succ = bool(outcome > 0 if success is None else success[k])
+        sc = (1.0 if succ else 0.0) if score is None else score[k]
+        if not isinstance(sc, (int, float)) or isinstance(sc, bool) or not math.isfinite(float(sc)):
+            return None
+        groups[gk].append(Trajectory(
+            task_id=g_ids[gk] if task_id is None else task_id[k],
+            slot=int(len(groups[gk]) if slot is None else slot[k]),
+            steps=steps[bounds[k] : bounds[k + 1]],
+            score=float(sc),
+            success=succ,
+            truncated=bool(False if truncated is None else truncated[k]),
+        ))
+        rows_out[gk].append(np.array(rows, dtype=np.intp))
+        tids_out[gk].append(t_ids[k])
+    if slot is not None:  # canonical order: by slot, so the row order does not matter at all
+        for gk in range(len(groups)):
+            perm = sorted(range(len(groups[gk])), key=lambda i: groups[gk][i].slot)
+            groups[gk] = [groups[gk][i] for i in perm]
+            rows_out[gk] = [rows_out[gk][i] for i in perm]
+            tids_out[gk] = [tids_out[gk][i] for i in perm]
     return FlatBatch(groups, rows_out, n, g_ids, tids_out)
 
 
