@@ -332,9 +332,8 @@ def _prepare_fast(
     for lv in LEVELS:
         if keys == "joint":
             h_ids, h_u = (ex_ids, ex_u) if lv == "exact" else (co_ids, co_u)
-            width = len(sg_u)
-            ids, codes = _intern([h * width + c for h, c in zip(h_ids, sg_ids)])
-            out_keys[lv] = [(h_u[code // width], *sg_u[code % width]) for code in codes]
+            ids, combos = _intern(list(zip(h_ids, sg_ids)))
+            out_keys[lv] = [(h_u[h], *sg_u[c]) for h, c in combos]
         elif keys == "state":
             ids, out_keys[lv] = (ex_ids, ex_u) if lv == "exact" else (co_ids, co_u)
         else:
