@@ -24,7 +24,7 @@ rows = []
 for mode, extra in (("generate", ["max_response_tokens=512", "prompt_style=think"]), ("choose", ["prompt_style=action_only"])):
     torch.cuda.reset_peak_memory_stats()
     ov = ["model=smollm2", f"action_mode={mode}", "groups_per_update=8", "group_size=8", "max_steps=8",
-          "updates=1", "val_tasks=0", "eval_at_start=false", "save_every=1", "estimator=grpo", "kl_coef=0.01",
+          "updates=1", "val_tasks=0", "eval_at_start=false", "save_every=1", "estimator=grpo", "estimator_params={}", "kl_coef=0.01",
           "mixed_precision=bf16", "gradient_checkpointing=true", "micro_batch_rows=16", "rollout_batch_size=128",
           "progress=false", f"output_dir={out}", f"run_name=gpu-{mode}-{int(time.time())}", *env, *extra]
     t = Trainer(load_config("demo", ov))

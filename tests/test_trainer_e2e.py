@@ -36,7 +36,8 @@ def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
         "model=tiny-llama", "groups_per_update=2", "group_size=2", "val_tasks=2", "updates=1",
         "eval_every=1", "save_every=1", f"output_dir={tmp_path}", f"run_name={name}",
         "learning_rate=1e-3", "progress=false", "tensorboard=false", "max_response_tokens=12",
-        "micro_batch_rows=4", *WEBSHOP, *extra,
+        "micro_batch_rows=4", "estimator_params={}", "skip_zero_advantage_rows=false", "env_workers=0",
+        "mixed_precision=no", *WEBSHOP, *extra,
     ]
 
 

@@ -36,11 +36,13 @@ class TrainRow:
     step: int
 
 
-def build_rows(result: RolloutResult, credits: Sequence) -> tuple[list[TrainRow], list[tuple[int, int, float]]]:
+def build_rows(result: RolloutResult, credits: Sequence, *, drop_zero_advantage: bool = False) -> tuple[list[TrainRow], list[tuple[int, int, float]]]:
     """Flatten rollouts and credit into rows and row-index pairs ``(preferred, rejected, c)``.
 
     Steps with an empty response (nothing was generated) are skipped; a pair that refers to
-    a skipped step is dropped.
+    a skipped step is dropped.  With ``drop_zero_advantage`` rows whose advantage is exactly
+    0 and that belong to no pair are left out (their policy-gradient term is 0; only their
+    KL/entropy terms are lost) — a CPU speed option.
     """
     rows: list[TrainRow] = []
     index: dict[tuple[int, int, int], int] = {}
@@ -60,6 +62,12 @@ def build_rows(result: RolloutResult, credits: Sequence) -> tuple[list[TrainRow]
             b = index.get((g, *p.rejected))
             if a is not None and b is not None and a != b:
                 pairs.append((a, b, float(p.weight)))
+    if drop_zero_advantage:
+        in_pair = {r for a, b, _ in pairs for r in (a, b)}
+        keep = [k for k, r in enumerate(rows) if r.advantage != 0.0 or k in in_pair]
+        new = {old: new for new, old in enumerate(keep)}
+        rows = [rows[k] for k in keep]
+        pairs = [(new[a], new[b], c) for a, b, c in pairs]
     return rows, pairs
 
 

@@ -112,6 +112,7 @@ class TrainConfig:
     ppo_epochs: int = _f(1, "Passes over each update's rows.")
     mini_batches: int = _f(1, "Optimizer steps per epoch (the rows are split into this many mini-batches).")
     micro_batch_rows: int = _f(8, "Rows per forward/backward (gradient accumulation fills a mini-batch); must be ≥ 2 when pairs are used.")
+    skip_zero_advantage_rows: bool = _f(False, "Leave out rows whose advantage is exactly 0 and that are in no pair (their policy-gradient term is 0; only their KL/entropy terms are lost). A CPU speed option.")
     logprob_batch_rows: int = _f(16, "Rows per no-grad forward when computing old/reference log-probs.")
 
     # --- schedule, evaluation, output ------------------------------------------------------------

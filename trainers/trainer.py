@@ -350,14 +350,17 @@ class Trainer:
         t0 = time.perf_counter()
         credits = self.estimator(result.groups)
         t_credit = time.perf_counter() - t0
-        rows, pairs = build_rows(result, credits)
+        rows, pairs = build_rows(result, credits, drop_zero_advantage=cfg.skip_zero_advantage_rows)
+        total_steps = sum(len(t.steps) for g in result.groups for t in g)
         if cfg.save_rollouts:
             suffix = "" if self.world == 1 else f".rank{self.rank}"
             save_jsonl(self.run_dir / "rollouts" / f"update_{update + 1:05d}{suffix}.jsonl",
                        [t for g in result.groups for t in g])
         opt = self.optimize(rows, pairs, update)
         episodes = [{"success": t.success, "score": t.score, **m} for g, gm in zip(result.groups, result.meta) for t, m in zip(g, gm)]
-        adv = np.concatenate([a for c in credits for a in c.advantages]) if rows else np.zeros(1)
+        advs = [a for c in credits for a in c.advantages if len(a)]
+        adv = np.concatenate(advs) if advs else np.zeros(1)
+        opt["rows_skipped"] = float(total_steps - len(rows))
         local = {
             "episodes": episodes,
             "opt": opt,
@@ -372,7 +375,7 @@ class Trainer:
             keys = set().union(*(g[part].keys() for g in gathered))
             for k in sorted(keys):
                 vals = [g[part][k] for g in gathered if k in g[part]]
-                sums = part == "rollout" or k in ("pairs", "rows", "pairs_colocated")
+                sums = part == "rollout" or k in ("pairs", "rows", "pairs_colocated", "rows_skipped")
                 record[f"{part}/{k}"] = float(np.sum(vals) if sums else np.mean(vals))
         rs = record
         if rs.get("rollout/policy_s"):
