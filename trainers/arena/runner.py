@@ -153,6 +153,12 @@ class ArenaConfig:
         save_rollouts: Also write each update's trajectories as JSON Lines.
         memo: Answer repeated (task, action history) prefixes from memory
             (:class:`~trainers.arena.memo.EpisodeMemo`; changes speed, never results).
+        fast_grammar: Memoise TextWorld's grammar parsing in this process
+            (:mod:`trainers.arena.fast_engine`; ALFWorld steps 2-3x faster, same outputs).
+        warm_start: Behaviour-clone the initial policy on the stored walkthroughs of this
+            many training tasks (0: start from the uniform policy).  ALFWorld games carry a
+            walkthrough; WebShop has none, so it must stay 0 there.
+        warm_start_epochs: Passes of the behaviour-cloning warm start.
     """
 
     env: str = "alfworld-generated"
@@ -179,6 +185,9 @@ class ArenaConfig:
     scpo_scorer: str = "lexical"
     save_rollouts: bool = False
     memo: bool = True
+    fast_grammar: bool = True
+    warm_start: int = 0
+    warm_start_epochs: int = 3
 
     def __post_init__(self) -> None:
         if self.env not in ENV_PRESETS:
@@ -269,6 +278,10 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
     key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
     env = _ENV_CACHE.get(key)
     if env is None:
+        if cfg.fast_grammar and preset.family == "alfworld":
+            from trainers.arena import fast_engine  # noqa: PLC0415
+
+            fast_engine.enable()
         import gymnasium as gym  # noqa: PLC0415
 
         import agent_envs  # noqa: F401, PLC0415  (registers the environments)
