@@ -57,16 +57,34 @@ def test_walkthroughs_win_one_real_game_per_type(alfworld_data):
     env.close()
 
 
+def _replay_chunk(split: str, data_root: str, tasks: list[str]) -> list[str]:
+    """Replay ``tasks`` of ``split`` in this (worker) process; returns their task types."""
+    env = gym.make("ALFWorld-Rubric-v0", split=split, data_root=data_root)
+    types = []
+    for task in tasks:
+        task_type, info = _replay(env, task)
+        _check_final(task_type, info)
+        types.append(task_type)
+    env.close()
+    return types
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_walkthroughs_win_all_274_validation_games(alfworld_data):
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
     won: Counter[str] = Counter()
-    for split in ("valid_seen", "valid_unseen"):
-        env = gym.make("ALFWorld-Rubric-v0", split=split, data_root=str(alfworld_data))
-        for task in env.unwrapped.task_ids():
-            task_type, info = _replay(env, task)
-            _check_final(task_type, info)
-            won[split] += 1
-        env.close()
+    # Two worker processes (the engine is not thread-safe), each replaying every other game.
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
+        jobs = {}
+        for split in ("valid_seen", "valid_unseen"):
+            ids = gym.make("ALFWorld-Rubric-v0", split=split, data_root=str(alfworld_data)).unwrapped.task_ids()
+            for half in (ids[0::2], ids[1::2]):
+                jobs[pool.submit(_replay_chunk, split, str(alfworld_data), half)] = split
+        for job, split in jobs.items():
+            won[split] += len(job.result())
     assert won == {"valid_seen": 140, "valid_unseen": 134}
 
 
@@ -94,6 +112,7 @@ def test_generated_split_plays_with_no_data_installed(six_generated, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_walkthroughs_win_240_generated_games():
     env = gym.make("ALFWorld-Rubric-v0", split="generated", generated_n=240, generated_seed=0)
     counts: Counter[str] = Counter()

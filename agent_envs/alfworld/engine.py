@@ -24,6 +24,10 @@ rebuilds the initial state from it:
   reused; the applicable operators are read from the restored library state and checked
   against the first reset's.
 
+The translation, the parsed game logic (a tatsu parse of the text grammar) and the initial
+texts are kept process-wide (LRU, 256 games), so G sibling environments of one game in one
+process ground and derive it once.
+
 A restored state is therefore indistinguishable from a fresh load: the test-suite replays
 games through both stacks and compares every observation, admissible-command list, fact set
 and won flag.
