@@ -365,7 +365,11 @@ def _prepared(
     if prep is not None:
         return prep
     ctx = context_keys(
-        group, keys, shuffle_rubric=shuffle_rubric, shuffle_seed=shuffle_seed, group_index=group_index
+        group,
+        keys,
+        shuffle_rubric=shuffle_rubric,
+        shuffle_seed=shuffle_seed,
+        group_index=group_index,
     )
     return None if ctx is None else _prepare(group, ctx)
 

@@ -524,12 +524,18 @@ class SCPO(Estimator):
         offsets = rows.offsets
         for first, traces in zip(rows.group_traj.tolist(), all_traces):
             for tr in traces:
-                credit[offsets[first + tr.failed] + np.asarray(tr.failed_steps, dtype=np.intp)] = tr.credit
-        shaped = rows.split_groups(rows.returns(self.gamma) + self.alpha * credit)  # Eq. 4: R̃ = R + α·r
+                credit[offsets[first + tr.failed] + np.asarray(tr.failed_steps, dtype=np.intp)] = (
+                    tr.credit
+                )
+        shaped = rows.split_groups(
+            rows.returns(self.gamma) + self.alpha * credit
+        )  # Eq. 4: R̃ = R + α·r
         a_s, all_stats = gigpo_step_batch(groups, self.gamma, self.norm, returns=shaped, rows=rows)
         step = rows.split_groups(a_s)
         results = []
-        for group, traces, shaped_g, a_s_g, stats in zip(groups, all_traces, shaped, step, all_stats):
+        for group, traces, shaped_g, a_s_g, stats in zip(
+            groups, all_traces, shaped, step, all_stats
+        ):
             a_e = task_norm(group, self.norm, self.episode_norm)  # unshaped A_E
             adv = [self.episode_weight * e + self.step_weight * s for e, s in zip(a_e, a_s_g)]
             failed = len(traces)
