@@ -62,7 +62,8 @@ def arena(
     baseline: str = typer.Option(None, "--baseline", help="Method for paired differences (default: the first)."),
     workers: int = typer.Option(1, "--workers", "-j", help="Parallel processes (results do not depend on it)."),
     output_dir: Path = typer.Option(Path("arena_runs"), "--output-dir", "-o", help="Output folder."),
-    report_only: bool = typer.Option(False, "--report-only", help="Only redraw the report from OUTPUT_DIR's metric files."),
+    report_only: bool = typer.Option(False, "--report-only",
+                                     help="Only redraw the report from OUTPUT_DIR's finished runs (works while a comparison runs)."),
     list_methods: bool = typer.Option(False, "--list", help="List estimators, variants and environments, then exit."),
 ) -> None:
     """Train a small linear policy with each estimator's advantages and compare learning curves.
@@ -86,7 +87,8 @@ def arena(
         from trainers.arena.report import MetricFileError, write_report  # noqa: PLC0415
 
         try:
-            summary = write_report(output_dir, baseline=baseline)
+            summary = write_report(output_dir, baseline=baseline, partial=True,
+                                   title=f"Arena: {output_dir.name} (finished runs)")
         except (MetricFileError, ValueError) as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None

@@ -210,6 +210,9 @@ def load_run(path: str | Path, method: str | None = None, seed: int | None = Non
 def load_runs(out_dir: str | Path, *, require_complete: bool = True) -> list[RunMetrics]:
     """Every run under ``out_dir/runs`` (sorted by method, then seed).
 
+    With ``require_complete=False`` runs that have not finished (no ``metrics.jsonl`` yet)
+    are skipped, so a report can be drawn while a comparison is still running.
+
     Raises:
         MetricFileError: no runs, or (with ``require_complete``) a run without its ``end``
             record (still running, or interrupted).
@@ -220,6 +223,9 @@ def load_runs(out_dir: str | Path, *, require_complete: bool = True) -> list[Run
     runs = []
     for sub in sorted(root.iterdir()):
         if sub.is_dir() and RUN_DIR_PATTERN.match(sub.name):
+            if not require_complete and not (sub / "metrics.jsonl").is_file():
+                log.warning("skipping %s: still running or interrupted", sub)
+                continue
             run = load_run(sub)
             if require_complete and run.end is None:
                 raise MetricFileError(f"{run.path}: the run is incomplete (no 'end' record)")
@@ -445,11 +451,13 @@ def plot_diagnostics(runs: Sequence[RunMetrics], path: str | Path, *, max_panels
 
 
 def write_report(out_dir: str | Path, *, baseline: str | None = None, title: str = "Arena results",
-                 preamble: str = "") -> dict[str, Any]:
+                 preamble: str = "", partial: bool = False) -> dict[str, Any]:
     """Read every run under ``out_dir`` and write ``results.md``, ``results.json``,
-    ``curves.png`` and ``diagnostics.png`` beside them; returns the summary."""
+    ``curves.png`` and ``diagnostics.png`` beside them; returns the summary.
+
+    ``partial=True`` reports the finished runs of a comparison that is still running."""
     out_dir = Path(out_dir)
-    runs = load_runs(out_dir)
+    runs = load_runs(out_dir, require_complete=not partial)
     summary = summarize(runs, baseline)
     (out_dir / "results.json").write_text(json.dumps(summary, indent=2, default=float), encoding="utf-8")
     write_markdown(summary, out_dir / "results.md", title=title, preamble=preamble)

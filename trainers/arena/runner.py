@@ -159,6 +159,8 @@ class ArenaConfig:
             many training tasks (0: start from the uniform policy).  ALFWorld games carry a
             walkthrough; WebShop has none, so it must stay 0 there.
         warm_start_epochs: Passes of the behaviour-cloning warm start.
+        validate_on_train: Validate on the first ``val_tasks`` training tasks instead of
+            held-out ones (measures learning of the training set, not generalisation).
     """
 
     env: str = "alfworld-generated"
@@ -188,6 +190,7 @@ class ArenaConfig:
     fast_grammar: bool = True
     warm_start: int = 0
     warm_start_epochs: int = 3
+    validate_on_train: bool = False
 
     def __post_init__(self) -> None:
         if self.env not in ENV_PRESETS:
@@ -208,6 +211,8 @@ class ArenaConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"ArenaConfig.{name} must be a positive number, got {value!r}")
+        if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or not 0 <= self.warm_start <= self.train_tasks:
+            raise ValueError(f"ArenaConfig.warm_start must be an integer in [0, train_tasks], got {self.warm_start!r}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
             raise ValueError(f"ArenaConfig.max_steps must be a positive integer or None, got {self.max_steps!r}")
         self.objective()  # validates the coefficients
@@ -575,6 +580,80 @@ def _aggregate_credit(results: Sequence[Any]) -> dict[str, float]:
     return out
 
 
+# ------------------------------------------------------------------------------- warm start
+
+
+def task_walkthrough(info: Mapping[str, Any]) -> list[str]:
+    """The stored walkthrough of the current task (ALFWorld games keep one in their
+    ``game.tw-pddl``), or ``[]`` when the task has none.
+
+    Raises:
+        ValueError: the game file exists but is not readable JSON (names the file).
+    """
+    path = (info.get("task") or {}).get("gamefile")
+    if not path or not os.path.isfile(str(path)):
+        return []
+    try:
+        with open(str(path), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read the walkthrough of {path}: {exc}") from exc
+    walk = data.get("walkthrough") if isinstance(data, Mapping) else None
+    return [str(a) for a in walk] if isinstance(walk, list) else []
+
+
+def warm_start(
+    policy: LinearSoftmaxPolicy,
+    env: Any,
+    cfg: ArenaConfig,
+    tasks: Sequence[Any],
+    featurizer: Featurizer,
+) -> dict[str, float]:
+    """Behaviour cloning on the walkthroughs of ``tasks`` (the arena's "SFT" step).
+
+    Each walkthrough is replayed in the environment; every decision becomes a row whose
+    target is the walkthrough's action, and the policy maximises their mean log-likelihood
+    for ``cfg.warm_start_epochs`` passes of Adam mini-batches.  Deterministic (fixed
+    order, no sampling), so every method and seed of a comparison starts from the same
+    policy.
+
+    Raises:
+        ValueError: none of ``tasks`` has a walkthrough (e.g. WebShop).
+    """
+    preset = cfg.preset
+    decisions: list[Decision] = []
+    chosen: list[int] = []
+    for task in tasks:
+        obs, info = env.reset(seed=0, options={"task": task, "split": preset.train_split})
+        goal = str((info.get("task") or {}).get("goal", ""))
+        task_type = str((info.get("task") or {}).get("type", "-"))
+        history: list[str] = []
+        for action in task_walkthrough(info):
+            actions = expand_actions(info.get("admissible_actions") or [], goal)
+            if action not in actions:
+                break
+            decisions.append(featurizer.decision(goal=goal, task_type=task_type, observation=str(obs),
+                                                 actions=actions, rubric=info.get("rubric"), history=history))
+            chosen.append(actions.index(action))
+            obs, _, term, trunc, info = env.step(action)
+            history.append(action)
+            if term or trunc:
+                break
+    if not decisions:
+        raise ValueError(f"warm_start: no walkthrough found for the {len(tasks)} training tasks of {cfg.env}")
+    opt = Adam(policy.dim, lr=cfg.lr)
+    rng = np.random.default_rng(0)
+    n = len(decisions)
+    for _ in range(cfg.warm_start_epochs):
+        order = rng.permutation(n)
+        for start in range(0, n, cfg.minibatch):
+            rows = order[start : start + cfg.minibatch]
+            ev = policy.evaluate([decisions[r] for r in rows], [chosen[r] for r in rows])
+            opt.step(policy.weights, ev.grad(np.full(len(rows), -1.0 / len(rows))))
+    final = policy.evaluate(decisions, chosen)
+    return {"demo_rows": float(n), "demo_logp": float(final.logp.mean())}
+
+
 # ------------------------------------------------------------------------------- one run
 
 
@@ -589,15 +668,14 @@ def _rng(*key: int) -> np.random.Generator:
 
 
 def _evaluate(
-    env: Any, cfg: ArenaConfig, val_set: Sequence[Any], policy: LinearSoftmaxPolicy, featurizer: Featurizer,
-    seed: int, update: int,
+    env: Any, cfg: ArenaConfig, val_set: Sequence[Any], val_split: str | None, policy: LinearSoftmaxPolicy,
+    featurizer: Featurizer, seed: int, update: int,
 ) -> dict[str, Any]:
-    preset = cfg.preset
     succ, score, steps, invalid = [], [], [], 0
     per_type: dict[str, list[float]] = defaultdict(list)
     for k, task in enumerate(val_set):
         traj, _, meta = play_episode(
-            env, task=task, split=preset.val_split, slot=0, policy=policy, featurizer=featurizer,
+            env, task=task, split=val_split, slot=0, policy=policy, featurizer=featurizer,
             rng=_rng(seed, 1_000_003, update, k), temperature=cfg.eval_temperature, reset_seed=k,
         )
         succ.append(float(traj.success))
@@ -638,10 +716,18 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     tmp_path = run_dir / "metrics.jsonl.partial"
     env = make_arena_env(cfg)
     train_pool = resolve_tasks(env, preset.train_split, cfg.train_tasks)
-    val_offset = cfg.train_tasks if preset.val_split == preset.train_split else 0
-    val_set = resolve_tasks(env, preset.val_split, cfg.val_tasks, val_offset)
+    if cfg.validate_on_train:
+        if cfg.val_tasks > cfg.train_tasks:
+            raise ValueError("validate_on_train needs val_tasks <= train_tasks")
+        val_set, val_split = train_pool[: cfg.val_tasks], preset.train_split
+    else:
+        val_offset = cfg.train_tasks if preset.val_split == preset.train_split else 0
+        val_set, val_split = resolve_tasks(env, preset.val_split, cfg.val_tasks, val_offset), preset.val_split
     featurizer = Featurizer(cfg.dim)
     policy = LinearSoftmaxPolicy(cfg.dim)
+    warm: dict[str, float] = {}
+    if cfg.warm_start:
+        warm = warm_start(policy, env, cfg, train_pool[: cfg.warm_start], featurizer)
     reference = policy.copy()
     optimizer = Adam(cfg.dim, lr=cfg.lr)
     run = RunMetrics(method=method, seed=seed)
@@ -655,9 +741,9 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
 
         emit({"kind": "config", "method": method, "seed": seed, "estimator": spec.estimator,
               "variants": list(spec.variants), "estimator_params": {k: v for k, v in spec.params.items()},
-              "objective": asdict(objective), "arena": cfg.to_dict()})
+              "objective": asdict(objective), "arena": cfg.to_dict(), "warm_start": warm})
         t_eval = time.perf_counter()
-        rec = _evaluate(env, cfg, val_set, policy, featurizer, seed, 0)
+        rec = _evaluate(env, cfg, val_set, val_split, policy, featurizer, seed, 0)
         rec["time"] = {"eval": time.perf_counter() - t_eval}
         run.evals.append(rec)
         emit(rec)
@@ -729,7 +815,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", trajs)
             if update % cfg.eval_every == 0 or update == cfg.updates:
                 t_eval = time.perf_counter()
-                rec = _evaluate(env, cfg, val_set, policy, featurizer, seed, update)
+                rec = _evaluate(env, cfg, val_set, val_split, policy, featurizer, seed, update)
                 rec["time"] = {"eval": time.perf_counter() - t_eval}
                 run.evals.append(rec)
                 emit(rec)
