@@ -300,6 +300,21 @@ def test_an_interrupted_generation_leaves_nothing_behind(
     assert len(paths) == 2 and all(p.is_relative_to(cache) for p in paths)
 
 
+def _generate_in_process(cache: str) -> list[str]:
+    return [str(p) for p in ensure_generated(n=2, seed=5, cache_dir=Path(cache), workers=1)]
+
+
+@pytest.mark.slow
+def test_concurrent_first_use_from_two_processes(tmp_path: Path) -> None:
+    # e.g. two rollout workers touching split="generated" at once: both get the same games
+    cache = tmp_path / "shared"
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        a, b = pool.map(_generate_in_process, [str(cache), str(cache)])
+    assert a == b and len(a) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shared"]  # no temp dirs left over
+    assert ensure_generated(n=2, seed=5, cache_dir=cache) == [Path(p) for p in a]
+
+
 def test_a_damaged_cache_is_regenerated(tmp_path: Path) -> None:
     cache = tmp_path / "c"
     paths = ensure_generated(n=1, seed=4, cache_dir=cache, workers=1)
