@@ -210,7 +210,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"target batch 16 groups x 8 x 30 steps ({steps['target']} steps); growth batches 16 / 64 / 256 groups "
           f"x 8 x 10-50 steps ({steps['1x']} / {steps['4x']} / {steps['16x']} steps)\n")
 
-    names = args.estimators or available_estimators()
+    known = available_estimators()  # (also registers the built-in estimators)
+    names = args.estimators or known
     rows: list[tuple[str, Callable[[list[list[Trajectory]]], object]]] = [
         ("validate_groups", validate_groups),
         ("graph stage", lambda b: TransitionGraph.from_groups(b).success_distances()),

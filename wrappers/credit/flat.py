@@ -52,7 +52,7 @@ Example — a verl-agent-style batch (``non_tensor_batch`` arrays, one row per s
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -346,33 +346,44 @@ def _fast_batch(
         if any(vals[r] != heads[k] for r, k in zip(order.tolist(), t_sorted.tolist())):
             return None
         traj_vals[name] = heads
-    # step columns, in row order
-    action = cols["action"]
-    per_row: dict[str, list[Any]] = {
-        "state_key": _py_values(cols["state_key"]),
-        "action": [""] * n if action is None else list(map(str, action)),
-        "action_key": [None] * n if cols["action_key"] is None else _py_values(cols["action_key"]),
-        "reward": rew.tolist(),
-        "penalty": pen.tolist(),
-        "valid": [True] * n if cols["valid"] is None else list(map(bool, cols["valid"])),
-        "observation": [""] * n if cols["observation"] is None else list(map(str, cols["observation"])),
-        "feedback": [""] * n if cols["feedback"] is None else list(map(str, cols["feedback"])),
-        "next_state_key": [None] * n if cols["next_state_key"] is None else _py_values(cols["next_state_key"]),
+    # Step columns in step order.  They are tuples: the garbage collector stops tracking a
+    # tuple of atomic values, where a long list would be traversed by every collection.
+    order_t = tuple(order.tolist())
+
+    def in_order(values: Sequence[Any] | None, convert: Callable[[Any], Any] | None, default: Any) -> tuple[Any, ...]:
+        if values is None:
+            return (default,) * n
+        values = _py_values(values) if convert is None else values
+        if convert is None or convert is str or convert is bool:
+            picked = map(values.__getitem__, order_t)
+            return tuple(picked if convert is None else map(convert, picked))
+        return tuple(convert(values[r]) for r in order_t)
+
+    built: dict[str, tuple[Any, ...]] = {
+        "state_key": in_order(cols["state_key"], None, None),
+        "action": in_order(cols["action"], str, ""),
+        "action_key": in_order(cols["action_key"], None, None),
+        "reward": in_order(rew.tolist(), None, 0.0),
+        "penalty": in_order(pen.tolist(), None, 0.0),
+        "valid": in_order(cols["valid"], bool, True),
+        "observation": in_order(cols["observation"], str, ""),
+        "feedback": in_order(cols["feedback"], str, ""),
+        "next_state_key": in_order(cols["next_state_key"], None, None),
+        "rubric": in_order(cols["rubric"], dict, None),
+        "extra": in_order(cols["extra"], dict, None),
     }
+    for name in ("rubric", "extra"):  # a fresh dict per step
+        if cols[name] is None:
+            built[name] = tuple({} for _ in order_t)
     names = list(key_cols)
-    key_vals = [_py_values(key_cols[k]) for k in names]
-    order_l = order.tolist()
-    rubric, extra = cols["rubric"], cols["extra"]
-    built: dict[str, list[Any]] = {
-        name: [values[r] for r in order_l] for name, values in per_row.items()
-    }
-    built["rubric"] = [{} for _ in order_l] if rubric is None else [dict(rubric[r]) for r in order_l]
-    built["extra"] = [{} for _ in order_l] if extra is None else [dict(extra[r]) for r in order_l]
-    built["keys"] = [dict(zip(names, vs)) for vs in zip(*([v[r] for r in order_l] for v in key_vals))] if names \
-        else [{} for _ in order_l]
+    if names:
+        key_vals = [in_order(key_cols[k], None, None) for k in names]
+        built["keys"] = tuple(dict(zip(names, vs)) for vs in zip(*key_vals))
+    else:
+        built["keys"] = tuple({} for _ in order_t)
     if set(built) != set(_STEP_FIELDS):  # the data model changed: use the general path
         return None
-    steps = list(map(Step, *(built[f] for f in _STEP_FIELDS)))
+    step_cols = [built[f] for f in _STEP_FIELDS]
     groups: list[list[Trajectory]] = [[] for _ in g_ids]
     rows_out: list[list[np.ndarray]] = [[] for _ in g_ids]
     tids_out: list[list[Hashable]] = [[] for _ in g_ids]
@@ -391,7 +402,7 @@ def _fast_batch(
         groups[gk].append(Trajectory(
             task_id=g_ids[gk] if task_id is None else task_id[k],
             slot=int(len(groups[gk]) if slot is None else slot[k]),
-            steps=steps[bounds[k] : bounds[k + 1]],
+            steps=list(map(Step, *(col[bounds[k] : bounds[k + 1]] for col in step_cols))),
             score=float(sc),
             success=succ,
             truncated=bool(False if truncated is None else truncated[k]),
