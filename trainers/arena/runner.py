@@ -159,6 +159,8 @@ class ArenaConfig:
             many training tasks (0: start from the uniform policy).  ALFWorld games carry a
             walkthrough; WebShop has none, so it must stay 0 there.
         warm_start_epochs: Passes of the behaviour-cloning warm start.
+        task_types: ALFWorld only: restrict the split to these task types (``gym.make``'s
+            ``task_types``; ``None``: all six).
         validate_on_train: Validate on the first ``val_tasks`` training tasks instead of
             held-out ones (measures learning of the training set, not generalisation).
     """
@@ -191,6 +193,7 @@ class ArenaConfig:
     warm_start: int = 0
     warm_start_epochs: int = 3
     validate_on_train: bool = False
+    task_types: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.env not in ENV_PRESETS:
@@ -280,6 +283,10 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
     kwargs["max_steps"] = cfg.horizon
     if preset.generated_n is not None:
         kwargs["generated_n"] = max(preset.generated_n, cfg.train_tasks + cfg.val_tasks)
+    if cfg.task_types is not None:
+        if preset.family != "alfworld":
+            raise ValueError("ArenaConfig.task_types applies to ALFWorld environments only")
+        kwargs["task_types"] = list(cfg.task_types)
     key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
     env = _ENV_CACHE.get(key)
     if env is None:
