@@ -316,8 +316,27 @@ class _InitialTexts:
     admissible_commands: tuple[str, ...]
 
 
+_lib_pool: list[Any] = []
+
+
+def _take_lib() -> Any:
+    """A private copy of fast-downward's shared library (a released one if available)."""
+    with _cache_lock:
+        if _lib_pool:
+            return _lib_pool.pop()
+    import fast_downward
+
+    return fast_downward.load_lib()
+
+
+def _give_lib(lib: Any) -> None:
+    with _cache_lock:
+        _lib_pool.append(lib)
+
+
 def _restorable_env_class() -> type:
     """Build :class:`RestorablePddlEnv` (deferred so that textworld loads on first use)."""
+    import textworld
     from textworld.core import GameState
     from textworld.envs.pddl import PddlEnv
 
@@ -438,12 +457,18 @@ def _restorable_env_class() -> type:
             if self.request_infos.policy_commands:
                 s["policy_commands"] = self._pddl_state.replan(self._entity_infos)
 
+        def __init__(self, infos: Any = None) -> None:
+            # PddlEnv.__init__ minus the unconditional load_lib(): a released copy of the
+            # library is reused when there is one (every state construction reloads it).
+            textworld.Environment.__init__(self, infos)
+            self.downward_lib = _take_lib()
+
         def close(self) -> None:
+            # The library copy is not dlclose'd (unloading it and loading another copy later
+            # crashed the process); it goes back to a pool for the next engine.
             lib = self.__dict__.pop("downward_lib", None)
             if lib is not None:
-                import fast_downward
-
-                fast_downward.close_lib(lib)
+                _give_lib(lib)
 
     _RestorablePddlEnv.__name__ = _RestorablePddlEnv.__qualname__ = "RestorablePddlEnv"
     return _RestorablePddlEnv
