@@ -99,6 +99,7 @@ def _records(path: Path) -> list[dict]:
         rec = json.loads(line)
         rec.pop("time", None)
         rec.pop("seconds", None)
+        rec.pop("cpu_seconds", None)
         out.append(rec)
     return out
 
