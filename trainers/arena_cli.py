@@ -92,7 +92,7 @@ def arena(
         except (MetricFileError, ValueError) as exc:
             console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from None
-        console.print((output_dir / "results.md").read_text(encoding="utf-8"))
+        console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
         del summary
         return
     methods = list(ESTIMATORS) if estimators.strip() == "all" else _split(estimators)
@@ -132,7 +132,7 @@ def arena(
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    console.print((output_dir / "results.md").read_text(encoding="utf-8"))
+    console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
     console.print(f"wall time {summary['wall_seconds'] / 60:.1f} min; curves: {output_dir / 'curves.png'}")
 
 
