@@ -405,3 +405,42 @@ def test_credit_spectrum_plot(tmp_path) -> None:
     assert "1/2 reference positions credited, Σ r = 1.00" in ax.get_title()
     ax.figure.savefig(tmp_path / "spectrum.png")
     assert (tmp_path / "spectrum.png").stat().st_size > 1000
+
+
+# --- ablation switches [SCPO §4.3.2-4.3.3] ----------------------------------------------------
+def _ablation_group():
+    from agent_envs.trajectory import Step, Trajectory
+
+    def st(action, feedback, reward=0.0):
+        return Step(action, action, reward=reward, feedback=feedback)
+
+    long_win = Trajectory("t", 0, [st("go to desk 1", "You see a key 1."), st("look", "You are in a room."),
+                                   st("take key 1 from desk 1", "You pick up the key 1.", 10.0)])
+    short_win = Trajectory("t", 1, [st("go to desk 1", "You see a key 1."),
+                                    st("take key 1 from desk 1", "You pick up the key 1.", 10.0)])
+    # the failed sibling repeats the winners' first step twice
+    loss = Trajectory("t", 2, [st("go to desk 1", "You see a key 1."), st("go to desk 1", "You see a key 1.")])
+    return [long_win, short_win, loss]
+
+
+def test_no_monotonicity_credits_a_reference_position_again() -> None:
+    from wrappers.credit.scpo import SCPO
+
+    group = _ablation_group()
+    # identical step text -> lexical similarity 1 -> credit (1 - 0.4)/(1 - 0.4) = 1.
+    # Monotonic: the second "go to desk 1" re-matches reference position 0 (j = 0 = j_max): no credit.
+    mono = SCPO(scorer="lexical", order="chronological").traces([group])[0][0]
+    assert mono.credit.tolist() == [1.0, 0.0]
+    # Without monotonicity the repeated match is credited again (repeated credit).
+    rep = SCPO(scorer="lexical", order="chronological", monotonic=False).traces([group])[0][0]
+    assert rep.credit.tolist() == [1.0, 1.0]
+
+
+def test_shortest_reference_switch() -> None:
+    from wrappers.credit.scpo import SCPO
+
+    group = _ablation_group()
+    assert SCPO(scorer="lexical").traces([group])[0][0].reference == 0  # longest success (3 steps)
+    assert SCPO(scorer="lexical", reference="shortest").traces([group])[0][0].reference == 1  # 2 steps
+    with pytest.raises(ValueError, match="reference must be one of"):
+        SCPO(reference="median")

@@ -173,9 +173,19 @@ def monotonic_match(
 
 
 def _run_matcher(
-    M: np.ndarray, nxt: np.ndarray, theta: float, soft_base: float, pi: np.ndarray
+    M: np.ndarray,
+    nxt: np.ndarray,
+    theta: float,
+    soft_base: float,
+    pi: np.ndarray,
+    monotonic: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Algorithm 2 proper, given the backtrack table next(j) = fail[j] − 1 (inputs checked)."""
+    """Algorithm 2 proper, given the backtrack table next(j) = fail[j] − 1 (inputs checked).
+
+    ``monotonic=False`` is the paper's "− monotonicity" ablation [SCPO §4.3.2]: every
+    advance of j is credited, so an already-credited reference position can be rewarded
+    again (repeated credit).
+    """
     m, ell = M.shape
     credit = np.zeros(ell, dtype=np.float64)
     position = np.full(ell, -1, dtype=np.intp)
@@ -189,10 +199,10 @@ def _run_matcher(
             j = back[j]
         if rows[j + 1][v] >= theta:
             j += 1
-            if j > j_max:  # new progress: credit and advance frontier
+            if j > j_max or not monotonic:  # new progress: credit and advance frontier
                 credit[v] = max(0.0, (rows[j][v] - soft_base) / (1.0 - soft_base))
                 position[v] = j
-                j_max = j
+                j_max = max(j_max, j)
         if j == m - 1:
             break
     return credit, position
@@ -354,6 +364,10 @@ class SCPO(Estimator):
         step_weight: ω, weight of the (shaped) step term (1).
         episode_weight: Weight of the (unshaped) episode term (1).
         episode_norm: ``"rows"`` or ``"trajectories"`` (GiGPO's episode normalisation).
+        monotonic: Credit only advances of the frontier j_max (default, Algorithm 2);
+            ``False`` is the "− monotonicity" ablation (repeated credit) [SCPO §4.3.2].
+        reference: ``"longest"`` successful sibling (default, §3.2) or ``"shortest"``
+            (the "shortest reference" ablation, §4.3.3); ties go to the first.
 
     Example (lexical scorer; the failed sibling repeats the winner's first step and earns
     credit (1 − 0.4)/(1 − 0.4) = 1 for it):
@@ -385,8 +399,13 @@ class SCPO(Estimator):
         step_weight: float = 1.0,
         episode_weight: float = 1.0,
         episode_norm: str = "rows",
+        monotonic: bool = True,
+        reference: str = "longest",
     ) -> None:
         check_choice("order", order, ORDERS)
+        check_choice("reference", reference, ("longest", "shortest"))
+        if not isinstance(monotonic, bool):
+            raise TypeError(f"monotonic must be a bool, got {type(monotonic).__name__}")
         check_choice("norm", norm, NORMS)
         check_choice("episode_norm", episode_norm, ("rows", "trajectories"))
         if not np.isfinite(theta):
@@ -412,6 +431,8 @@ class SCPO(Estimator):
         self.step_weight = float(step_weight)
         self.episode_weight = float(episode_weight)
         self.episode_norm = episode_norm
+        self.monotonic = monotonic
+        self.reference = reference
         self._scorer: PairScorer | None = scorer if isinstance(scorer, PairScorer) else None
 
     @property
@@ -476,7 +497,8 @@ class SCPO(Estimator):
             if not succ or not failed:
                 plans.append(None)
                 continue
-            ref = max(succ, key=lambda i: (len(group[i].steps), -i))  # longest; ties → first
+            sign = 1 if self.reference == "longest" else -1
+            ref = max(succ, key=lambda i: (sign * len(group[i].steps), -i))  # ties → first
             ref_steps = kept_steps(group[ref])
             ref_texts = [step_text(group[ref].steps[t]) for t in ref_steps]
             items = []
@@ -510,7 +532,9 @@ class SCPO(Estimator):
                 k += 1
                 _check_scores(M, g)
                 pi = self._order(group[w], ws, batch_pos[g][w] if batch_pos is not None else None)
-                credit, position = _run_matcher(M, nxt, self.theta, self.soft_base, pi)
+                credit, position = _run_matcher(
+                    M, nxt, self.theta, self.soft_base, pi, self.monotonic
+                )
                 traces.append(MatchTrace(ref, w, ref_steps, ws, M, M_self, pi, credit, position))
             out.append(traces)
         return out, seconds
