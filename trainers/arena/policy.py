@@ -78,6 +78,43 @@ def _argument(action: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+#: Verbs whose first entity is a receptacle (``go to fridge 1``, ``open drawer 2``).
+_RECEPTACLE_VERBS = frozenset({"go", "open", "close"})
+#: Verbs whose first entity is an object and second (if any) a receptacle.
+_OBJECT_VERBS = frozenset({"take", "put", "move", "clean", "heat", "cool", "slice"})
+_ENTITY = re.compile(r"([a-z][a-z ]*?)\s+\d+")
+
+
+def _entities(action: str) -> tuple[str, str]:
+    """``(object type, receptacle type)`` named by an ALFWorld-style action ("" if none).
+
+    Entity types are the words before an instance number, spaces removed
+    (``"take bread 2 from side table 1"`` -> ``("bread", "sidetable")``).
+
+    Example:
+        >>> _entities("move bread 2 to diningtable 1"), _entities("go to fridge 1")
+        (('bread', 'diningtable'), ('', 'fridge'))
+    """
+    low = action.strip().lower()
+    verb = _verb(low)
+    rest = low[len(verb):]
+    ents = []
+    for m in _ENTITY.finditer(rest):
+        words = [w for w in m.group(1).split() if w not in STOPWORDS and w not in {"from", "with"}]
+        ents.append("".join(words))
+    if not ents:
+        return "", ""
+    if verb in _RECEPTACLE_VERBS:
+        return "", ents[0]
+    if verb in _OBJECT_VERBS:
+        return ents[0], ents[1] if len(ents) > 1 else ""
+    return ents[0], ""  # use / examine / anything else: the first entity
+
+
+def _norm_type(name: Any) -> str:
+    return "".join(str(name or "").lower().split())
+
+
 def _graded(rubric: Mapping[str, Any] | None) -> list[str]:
     """``channel=bin`` for numeric (non-boolean) positive channels: counts as themselves,
     fractions in (0, 1] binned to quarters (so 0.5 and 1.0 differ)."""
@@ -158,19 +195,37 @@ class Featurizer:
     * ``seen|v`` if the action was taken before in this episode, ``last|v`` if it repeats the
       previous action, ``back|v`` if it repeats the one before.
 
+    When the decision's task names a target type (ALFWorld: ``info["task"]["target"]``,
+    ``destination``, ``lamp``), role features that carry over between games are added.  With
+    ``o`` the action's object role (``T`` target type, ``L`` lamp type, ``O`` other, ``-``
+    none), ``r`` its receptacle role (``D`` destination type, ``R`` other, ``-`` none), ``H``
+    whether the target is in hand (``info["rubric"]["target_in_hand"]``) and ``V`` whether
+    the receptacle was gone to before in this episode:
+
+    * ``role|v|o|r|H``, ``roleS|v|o|r|S`` and ``roleT|T|v|o|r|S`` — e.g. "take the target",
+      "move the held target to the destination", per rubric status and task family;
+    * ``vis|v|r|H|V`` — avoid revisiting receptacles while searching;
+    * ``tr|target|receptacle|v|H`` — where objects of the target's type tend to lie (a
+      hashed cross learned across games), and ``proc|T|receptacle|v|o|S`` — which
+      receptacle processes the target (sinkbasin for clean, microwave for heat, ...).
+
     Args:
         dim: Number of hashed weights (a power of two is customary).
         crosses: Include the goal-word x action-word crosses.
         context_words: How many observation words after an action's argument count as its
             context.
+        roles: Add the ALFWorld role features when the decision's task names a target.
     """
 
-    def __init__(self, dim: int = 2**18, *, crosses: bool = True, context_words: int = 16) -> None:
+    def __init__(
+        self, dim: int = 2**18, *, crosses: bool = True, context_words: int = 16, roles: bool = True
+    ) -> None:
         if not isinstance(dim, int) or dim < 16:
             raise ValueError(f"dim must be an int >= 16, got {dim!r}")
         self.dim = dim
         self.crosses = crosses
         self.context_words = int(context_words)
+        self.roles = bool(roles)
         self._cache: dict[str, int] = {}
 
     def index(self, feature: str) -> int:
@@ -194,8 +249,15 @@ class Featurizer:
         observation_lower: str,
         history: Sequence[str],
         graded: Sequence[str] = (),
+        roles: Mapping[str, Any] | None = None,
     ) -> dict[str, float]:
-        """The named features of one action (before hashing)."""
+        """The named features of one action (before hashing).
+
+        ``roles`` (ALFWorld) holds the task's ``target``/``destination``/``lamp`` types, the
+        task type, ``hand`` (whether the target is held) and ``visited`` (receptacles gone to
+        earlier in the episode); with it the action also gets the role features described in
+        :class:`Featurizer`.
+        """
         verb = _verb(action)
         words = _content(_tokens(action))
         args = _content(_tokens(_argument(action)))
@@ -228,6 +290,8 @@ class Featurizer:
             for g in sorted(goal_words):
                 for w in words:
                     feats[f"x|{g}|{w}"] = feats.get(f"x|{g}|{w}", 0.0) + scale
+        if roles is not None:
+            feats.update(self._role_features(action, verb, roles, signature))
         if history:
             if action in history:
                 feats[f"seen|{verb}"] = 1.0
@@ -235,6 +299,29 @@ class Featurizer:
                 feats[f"last|{verb}"] = 1.0
             if len(history) >= 2 and history[-2] == action:
                 feats[f"back|{verb}"] = 1.0
+        return feats
+
+    @staticmethod
+    def _role_features(action: str, verb: str, roles: Mapping[str, Any], signature: str) -> dict[str, float]:
+        """Game-independent features: what the action does to the task's target, destination
+        and lamp, conditioned on the rubric status (see :class:`Featurizer`)."""
+        obj, rec = _entities(action)
+        target, dest, lamp = roles.get("target", ""), roles.get("destination", ""), roles.get("lamp", "")
+        o = "-" if not obj else "T" if obj == target else "L" if lamp and obj == lamp else "O"
+        r = "-" if not rec else "D" if rec == dest else "R"
+        hand = "H1" if roles.get("hand") else "H0"
+        tt = roles.get("type", "-")
+        vis = "V1" if rec and rec in roles.get("visited", ()) else "V0"
+        feats = {
+            f"role|{verb}|{o}|{r}|{hand}": 1.0,
+            f"roleS|{verb}|{o}|{r}|{signature}": 1.0,
+            f"roleT|{tt}|{verb}|{o}|{r}|{signature}": 1.0,
+            f"vis|{verb}|{r}|{hand}|{vis}": 1.0,
+        }
+        if rec:
+            # Where targets of this kind lie, and which receptacle processes them.
+            feats[f"tr|{target}|{rec}|{verb}|{hand}"] = 1.0
+            feats[f"proc|{tt}|{rec}|{verb}|{o}|{signature}"] = 1.0
         return feats
 
     def decision(
@@ -246,6 +333,7 @@ class Featurizer:
         actions: Sequence[str],
         rubric: Mapping[str, Any] | None = None,
         history: Sequence[str] = (),
+        task: Mapping[str, Any] | None = None,
     ) -> Decision:
         """Features of every admissible action of one decision.
 
@@ -256,6 +344,8 @@ class Featurizer:
             actions: The admissible actions (non-empty).
             rubric: The pre-action rubric status (channel -> value), optional.
             history: The episode's earlier actions, oldest first.
+            task: The task's ``info["task"]``; when it names a ``target`` (ALFWorld), the
+                role features are added.
 
         Raises:
             ValueError: no admissible action.
@@ -268,13 +358,24 @@ class Featurizer:
         signature = "+".join(channels) if channels else "-"
         obs = observation.lower()
         task_type = str(task_type or "-")
+        roles: dict[str, Any] | None = None
+        if self.roles and task and task.get("target"):
+            visited = {_entities(h)[1] for h in history if _verb(h) == "go"}
+            roles = {
+                "target": _norm_type(task.get("target")),
+                "destination": _norm_type(task.get("destination")),
+                "lamp": _norm_type(task.get("lamp")),
+                "type": task_type,
+                "hand": bool((rubric or {}).get("target_in_hand", False)),
+                "visited": frozenset(visited),
+            }
         idx: list[int] = []
         val: list[float] = []
         own: list[int] = []
         for k, action in enumerate(actions):
             feats = self.action_features(
                 action, goal_words=goal_words, task_type=task_type, signature=signature,
-                channels=channels, observation_lower=obs, history=history, graded=graded,
+                channels=channels, observation_lower=obs, history=history, graded=graded, roles=roles,
             )
             for name, value in feats.items():
                 if value:

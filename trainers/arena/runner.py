@@ -461,7 +461,7 @@ def play_episode(
             raise RuntimeError(f"task {task!r}: the environment offers no admissible action")
         decision = featurizer.decision(
             goal=goal, task_type=task_type, observation=obs, actions=actions,
-            rubric=info.get("rubric"), history=history,
+            rubric=info.get("rubric"), history=history, task=task_info,
         )
         k, logp_t = policy.sample(decision, rng, temperature)
         action = actions[k]
@@ -640,7 +640,8 @@ def warm_start(
             if action not in actions:
                 break
             decisions.append(featurizer.decision(goal=goal, task_type=task_type, observation=str(obs),
-                                                 actions=actions, rubric=info.get("rubric"), history=history))
+                                                 actions=actions, rubric=info.get("rubric"), history=history,
+                                                 task=info.get("task")))
             chosen.append(actions.index(action))
             obs, _, term, trunc, info = env.step(action)
             history.append(action)
