@@ -62,6 +62,7 @@ __all__ = [
     "run_one",
     "run_arena",
     "run_dir_name",
+    "prepare_generated_games",
 ]
 
 log = logging.getLogger(__name__)
@@ -846,6 +847,23 @@ def _run_job(args: tuple[dict[str, Any], str, int, str]) -> tuple[str, int, dict
     return method, seed, run_one(ArenaConfig.from_dict(cfg_dict), method, seed, out_dir)
 
 
+def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
+    """Generate (or find) the game cache a generated-ALFWorld setting plays, in this process.
+
+    Call it in the parent before worker processes start: otherwise every worker would
+    generate the same cache at once on first use.  Uses the same ``n``, seed and task types
+    as :func:`make_arena_env` passes to the environment; returns ``[]`` for other
+    environments.
+    """
+    preset = cfg.preset
+    if preset.generated_n is None:
+        return []
+    from agent_envs.alfworld.generator import ensure_generated  # noqa: PLC0415
+
+    n = max(preset.generated_n, cfg.train_tasks + cfg.val_tasks)
+    return [Path(p) for p in ensure_generated(n=n, seed=0, task_types=cfg.task_types)]
+
+
 def run_arena(
     cfg: ArenaConfig,
     methods: Sequence[str],
@@ -896,6 +914,7 @@ def run_arena(
     )
     jobs = [(cfg.to_dict(), m, int(s), str(out)) for s in seeds for m in methods]
     t0 = time.perf_counter()
+    prepare_generated_games(cfg)  # once, here, before any worker process needs the games
     if workers <= 1:
         for job in jobs:
             method, seed, end = _run_job(job)
