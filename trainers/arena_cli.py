@@ -55,6 +55,8 @@ def arena(
     epochs: int = typer.Option(None, "--epochs", help="Passes over each update's decisions."),
     lr: float = typer.Option(None, "--lr", help="Adam step size of the linear policy."),
     max_steps: int = typer.Option(None, "--max-steps", help="Episode horizon (default: the setting's)."),
+    warm_start: int = typer.Option(None, "--warm-start",
+                                   help="Behaviour-clone the initial policy on this many training walkthroughs (ALFWorld)."),
     pair_coef: float = typer.Option(None, "--pair-coef", help="λ_pair of MCGPO's pairwise loss (SPEC: 0.05)."),
     scorer: str = typer.Option("lexical", "--scorer",
                                help="SCPO scorer: lexical (fast, default here), auto (bi-encoder if installed), "
@@ -104,7 +106,7 @@ def arena(
     overrides = {
         "updates": updates, "tasks_per_update": tasks, "group_size": group_size, "train_tasks": train_tasks,
         "val_tasks": val_tasks, "eval_every": eval_every, "epochs": epochs, "lr": lr, "max_steps": max_steps,
-        "pair_coef": pair_coef,
+        "pair_coef": pair_coef, "warm_start": warm_start,
     }
     try:
         data = ArenaConfig.for_env(env).to_dict()
