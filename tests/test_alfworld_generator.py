@@ -450,6 +450,24 @@ def test_hundreds_of_generated_games_win_first_time() -> None:
 
 @pytest.mark.slow
 def test_worker_count_does_not_change_the_files(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
     one = ensure_generated(n=8, seed=21, cache_dir=tmp_path / "one", workers=1)
-    two = ensure_generated(n=8, seed=21, cache_dir=tmp_path / "two", workers=2)
+    # two worker processes, started from a plain script without a __main__ guard (the way a
+    # user's first `reset(options={"split": "generated"})` may run)
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from agent_envs.alfworld.generator import ensure_generated\n"
+        f"ensure_generated(n=8, seed=21, cache_dir=Path({str(tmp_path / 'two')!r}), workers=2)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], check=False, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = sorted((tmp_path / "two").glob("*/trial_0/game.tw-pddl"))
+    assert [p.relative_to(tmp_path / "two") for p in two] == [
+        p.relative_to(tmp_path / "one") for p in one
+    ]
     assert [p.read_bytes() for p in one] == [p.read_bytes() for p in two]

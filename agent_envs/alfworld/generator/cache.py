@@ -206,16 +206,9 @@ def _generate_into(
     if workers <= 1 or n < 2:
         entries = _generate_chunk(str(root), seed, jobs)
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         chunks = [jobs[k::workers] for k in range(workers) if jobs[k::workers]]
-        context = multiprocessing.get_context("spawn")  # never fork a process that runs an engine
-        with ProcessPoolExecutor(len(chunks), mp_context=context) as pool:
-            parts = pool.map(
-                _generate_chunk, [str(root)] * len(chunks), [seed] * len(chunks), chunks
-            )
-            entries = sorted((e for part in parts for e in part), key=lambda e: e["index"])
+        parts = _run_workers(root, seed, chunks)
+        entries = sorted((e for part in parts for e in part), key=lambda e: e["index"])
     elapsed = time.perf_counter() - started
     logger.info(
         "generated and verified %d ALFWorld games in %.1f s (%.0f ms/game, %d worker(s))",
@@ -225,6 +218,53 @@ def _generate_into(
         workers,
     )
     return entries
+
+
+def _run_workers(
+    root: Path, seed: int, chunks: Sequence[Sequence[tuple[int, str]]]
+) -> list[list[dict[str, Any]]]:
+    """Run ``chunks`` in fresh interpreters (``python -m ...generator.worker``).
+
+    Plain subprocesses rather than multiprocessing: nothing forks a process that may hold
+    threads or an engine, and nothing re-imports the caller's ``__main__`` (multiprocessing's
+    spawn would, and crash in scripts without an ``if __name__ == "__main__"`` guard).
+    """
+    import subprocess
+    import sys
+
+    package_root = str(Path(__file__).resolve().parents[3])  # the directory holding agent_envs
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    parts: list[list[dict[str, Any]]] = []
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="rubricgym-alfworld-workers-") as logs:
+        running = []
+        for k, chunk in enumerate(chunks):
+            spec = json.dumps({"root": str(root), "seed": seed, "jobs": [list(j) for j in chunk]})
+            out, err = Path(logs) / f"{k}.out", Path(logs) / f"{k}.err"
+            command = [sys.executable, "-m", "agent_envs.alfworld.generator.worker", spec]
+            with out.open("w") as stdout, err.open("w") as stderr:
+                proc = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env)
+            running.append((proc, out, err))
+        try:
+            for proc, out, err in running:
+                code = proc.wait()
+                said = err.read_text(encoding="utf-8", errors="replace").strip()
+                if said:  # workers log warnings only (e.g. a rejected game)
+                    logger.warning("generator worker %d:\n%s", proc.pid, said)
+                if code != 0:
+                    failures.append(f"worker exited with {code}: {said[-2000:]}")
+                else:
+                    parts.append(json.loads(out.read_text(encoding="utf-8")))
+        except BaseException:  # interrupted: do not leave workers writing into the temp dir
+            for proc, _, _ in running:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            raise
+    if failures:
+        raise RuntimeError("generating ALFWorld games failed in a worker process: " + failures[0])
+    return parts
 
 
 def _generate_chunk(root: str, seed: int, jobs: Sequence[tuple[int, str]]) -> list[dict[str, Any]]:
