@@ -30,7 +30,8 @@ Example:
 Modules: :mod:`.vocabulary` (task types, ``scenes.json``, the shipped logic files),
 :mod:`.naming` (ids and demangled names), :mod:`.scenes` (sampling a room),
 :mod:`.solver` (walkthroughs), :mod:`.pddl` (problem text and goals), :mod:`.games`
-(one game), :mod:`.verify` (replay in the real engine), :mod:`.cache` (the on-disk set).
+(one game), :mod:`.verify` (replay in the real engine), :mod:`.cache` (the on-disk set),
+:mod:`.worker` (the subprocess that builds part of a set in parallel).
 """
 
 from __future__ import annotations

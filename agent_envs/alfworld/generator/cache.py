@@ -111,9 +111,9 @@ def ensure_generated(
         seed: generator seed (int).
         cache_dir: where the games live (default :func:`default_cache_dir`).
         task_types: subset of :data:`TASK_TYPES` (default: all six).
-        workers: processes that build and verify games in parallel (the engine is not
-            thread-safe). Default: ``min(4, cpu count)`` for 16 or more games, else 1. The
-            files do not depend on it.
+        workers: worker subprocesses that build and verify games in parallel (the engine is
+            not thread-safe). Default: ``min(4, cpu count)`` for 16 or more games, else 1
+            (in-process). The files do not depend on it.
 
     Raises:
         TypeError / ValueError: bad arguments, or ``cache_dir`` exists and is not a generator
