@@ -92,8 +92,8 @@ def main() -> None:
             tracker.update(snap, won=False, valid=True)
             sigs.update(tracker.status)
             sig = sigs.signature()
-            exact_key(game.spec, tracker, "x", (sig.active, sig.frontier))
-            coarse_key(game.spec, tracker, "x", (sig.active, sig.frontier), 10, 50)
+            exact_key(game.spec, tracker, "x")
+            coarse_key(game.spec, tracker, "x", 10, 50)
 
         rubric_cost += [_timed(extract) for _ in range(20)]
 

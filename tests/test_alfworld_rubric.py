@@ -129,13 +129,13 @@ def test_keys_hold_table5_fields_and_the_signature():
     t.reset()
     t.update(Snapshot(held="alarmclock 2", held_is_target=True), won=False, valid=True)
     C, F = frozenset({"target_acquired", "target_in_hand"}), frozenset({"target_placed"})
-    assert exact_key(PICK2, t, "desk 1", (C, F)) == (
+    assert exact_key(PICK2, t, "desk 1") == (
         "pick_two_obj_and_place", "desk 1", "alarmclock 2",
-        frozenset({"alarmclock 2"}), frozenset(), frozenset(), False, C, F,
+        frozenset({"alarmclock 2"}), frozenset(), frozenset(), False,
     )
     # remaining 30 of 50 = 0.6 -> bin 2
-    assert coarse_key(PICK2, t, "desk 1", (C, F), remaining=30, horizon=50) == (
-        "pick_two_obj_and_place", "desk 1", True, False, 0, False, 2, C, F,
+    assert coarse_key(PICK2, t, "desk 1", remaining=30, horizon=50) == (
+        "pick_two_obj_and_place", "desk 1", True, False, 0, False, 2,
     )
 
 

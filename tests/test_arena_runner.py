@@ -78,13 +78,13 @@ def test_search_queries_and_action_expansion() -> None:
     assert len(expand_actions(["search[<your query>]"], goal)) == 3
 
 
-def test_matching_keys_split_the_signature_out_of_state_summaries() -> None:
+def test_matching_keys_copy_the_env_layout_and_fill_a_missing_signature() -> None:
     c, f = frozenset({"search_issued"}), frozenset({"product_opened"})
-    info = {"keys": {"exact": ("results", "q", c, f), "coarse": ("results", True, c, f)}}
+    info = {"keys": {"exact": ("results", "q"), "coarse": ("results", True), "signature": (c, f)}}
     keys = matching_keys(info)
-    assert keys == {"exact": ("results", "q"), "coarse": ("results", True), "signature": (c, f)}
-    already = {"keys": {"exact": "e", "coarse": "c", "signature": ((), ())}}
-    assert matching_keys(already) == already["keys"]
+    assert keys == info["keys"] and keys is not info["keys"]
+    legacy = {"keys": {"exact": "e", "coarse": "c"}, "signature": (c, f)}
+    assert matching_keys(legacy) == {"exact": "e", "coarse": "c", "signature": (c, f)}
 
 
 # ------------------------------------------------------------------ real WebShop runs

@@ -6,8 +6,9 @@ estimators of :mod:`wrappers.credit` need (SPEC §2–§3):
 
 * ``info["rubric"]`` — the pre-action rubric status of the *next* decision (MCGPO Table 15,
   :mod:`agent_envs.alfworld.rubric`); all false/zero after ``reset``;
-* ``info["keys"]`` — ``{"exact": ..., "coarse": ...}`` matching keys (MCGPO Table 5), both
-  ending with the rubric signature (C, F) of the task family's template;
+* ``info["keys"]`` — ``{"exact": ..., "coarse": ..., "signature": (C, F)}``: the state
+  summaries of MCGPO Table 5 and, beside them, the rubric signature (C, F) of the task
+  family's template (the layout :mod:`wrappers.credit.mcgpo` reads: g = (h, C, F));
 * ``info["state_key"]`` — the anchor state (see *State keys* below);
 * ``admissible_actions`` (without ``help``), ``task`` (``id``, ``goal``, ``type``,
   ``gamefile``, ...), ``won``, ``score``, ``valid``, ``task_reward``, ``penalty``.
@@ -484,8 +485,9 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             "rubric": dict(self._tracker.status),
             "signature": sig.symbols,
             "keys": {
-                "exact": exact_key(spec, self._tracker, self._location, signature),
-                "coarse": coarse_key(spec, self._tracker, self._location, signature, remaining, self.max_steps),
+                "exact": exact_key(spec, self._tracker, self._location),
+                "coarse": coarse_key(spec, self._tracker, self._location, remaining, self.max_steps),
+                "signature": signature,
             },
             "state_key": self._state_key(obs, feedback),
             "won": self._won,

@@ -284,13 +284,13 @@ class RubricTracker:
         }
 
 
-def exact_key(
-    spec: TaskSpec, tracker: RubricTracker, location: str | None, signature: tuple[Hashable, Hashable]
-) -> tuple[Hashable, ...]:
-    """Exact state summary [MCGPO Table 5] plus the rubric signature (C, F).
+def exact_key(spec: TaskSpec, tracker: RubricTracker, location: str | None) -> tuple[Hashable, ...]:
+    """Exact state summary [MCGPO Table 5].
 
-    ``(task type, location, held object, A, P, L, light, C, F)`` with A/P/L frozensets of
-    instance names and C/F frozensets of channel names.
+    ``(task type, location, held object, A, P, L, light)`` with A/P/L frozensets of
+    instance names.  The environment reports it beside the rubric signature (C, F) as
+    ``{"exact": ..., "coarse": ..., "signature": (C, F)}``, the layout
+    :mod:`wrappers.credit.mcgpo` reads (the context key is g = (h, C, F)).
     """
     return (
         spec.task_type,
@@ -300,8 +300,6 @@ def exact_key(
         frozenset(tracker.processed),
         frozenset(tracker.placed),
         tracker.light,
-        signature[0],
-        signature[1],
     )
 
 
@@ -309,14 +307,14 @@ def coarse_key(
     spec: TaskSpec,
     tracker: RubricTracker,
     location: str | None,
-    signature: tuple[Hashable, Hashable],
     remaining: int,
     horizon: int,
 ) -> tuple[Hashable, ...]:
-    """Coarse state summary [MCGPO Table 5] plus the rubric signature (C, F).
+    """Coarse state summary [MCGPO Table 5] (reported beside the signature, see
+    :func:`exact_key`).
 
     ``(task type, location, holding?, processed?, placement count min(r,|L|), light,
-    remaining-budget bin, C, F)``.
+    remaining-budget bin)``.
     """
     return (
         spec.task_type,
@@ -326,6 +324,4 @@ def coarse_key(
         min(spec.required, len(tracker.placed)),
         tracker.light,
         budget_bin(remaining, horizon),
-        signature[0],
-        signature[1],
     )

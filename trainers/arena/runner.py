@@ -378,26 +378,13 @@ def expand_actions(actions: Sequence[str], goal: str) -> list[str]:
 
 
 def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
-    """``Step.keys`` in the layout MCGPO reads: ``{"exact", "coarse", "signature": (C, F)}``.
+    """``Step.keys`` from ``info``: ``{"exact", "coarse", "signature": (C, F)}`` (copied).
 
-    The environments put the rubric signature inside their state summaries (SPEC §3.4:
-    "both keys also carry the rubric signature"), as the last two entries (C, F) of the
-    ``exact``/``coarse`` tuples, and not as ``keys["signature"]``.  When ``keys`` has no
-    ``"signature"`` and both summaries end with the same two frozensets, they are split
-    off: the summaries lose them and ``keys["signature"]`` gets them, so MCGPO's
-    state-only and rubric-only ablations see the parts they are meant to see.  Keys already
-    in MCGPO's layout are returned unchanged (copied).
+    Both environments already report MCGPO's layout; a missing signature is taken from
+    ``info["signature"]`` when present.
     """
     keys = dict(info.get("keys") or {})
-    if "signature" in keys:
-        return keys
-    ex, co = keys.get("exact"), keys.get("coarse")
-    if (
-        isinstance(ex, tuple) and isinstance(co, tuple) and len(ex) >= 2 and len(co) >= 2
-        and isinstance(ex[-1], frozenset) and isinstance(ex[-2], frozenset) and ex[-2:] == co[-2:]
-    ):
-        keys["exact"], keys["coarse"], keys["signature"] = ex[:-2], co[:-2], (ex[-2], ex[-1])
-    elif info.get("signature") is not None:
+    if "signature" not in keys and info.get("signature") is not None:
         keys["signature"] = tuple(info["signature"])
     return keys
 
