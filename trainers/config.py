@@ -65,6 +65,8 @@ class TrainConfig:
     val_tasks: int = _f(128, "Size of the fixed validation set (the first N task indices of val_split).")
     max_steps: int = _f(50, "Episode horizon in decisions (ALFWorld 50, WebShop 15).")
     env_workers: int = _f(0, "Worker processes that step the environments (0 = step them in the trainer process).")
+    torch_threads: int = _f(0, "CPU threads for torch (0 = auto: the cores that are free by the 1-minute load average, at least 1; $RUBRICGYM_TORCH_THREADS overrides). Ignored on GPU.")
+    rubric_shaping: float = _f(0.0, "Rubric event shaping coefficient [MCGPO Eq. 18]: each step's penalty gets coef·(channels that rose − channels that fell), which estimators add to the step's return (0 = off; needs info['rubric']).")
 
     # --- model ---------------------------------------------------------------------------
     model: str = _f("smollm2", "Policy: 'tiny-llama', 'tiny-qwen2' (random, for tests), 'smollm2' (packaged SmolLM2-135M-Instruct), a local folder or a hub id.")
@@ -82,6 +84,8 @@ class TrainConfig:
     prompt_style: str = _f("think", "'think': reason in <think>...</think> then answer <action>...</action>; 'action_only': answer only <action>...</action>.", ("think", "action_only"))
     history_length: int = _f(2, "How many recent (observation, action) pairs the prompt shows.")
     list_actions: bool = _f(True, "Show the admissible actions in the prompt.")
+    compact_prompt: bool = _f(False, "Shorter prompts with the same fields: no opening sentence, observations without banners, blank lines or a repeated goal line (a CPU speed option).")
+    system_prompt: str = _f("", "System message sent with every prompt ('' = none; some chat templates then insert their own default).")
     max_prompt_tokens: int = _f(2048, "Prompts longer than this are cut from the left (the history goes first).")
     max_response_tokens: int = _f(512, "Longest generated response.")
     groups_per_update: int = _f(16, "P: task groups per update.")
@@ -143,7 +147,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an integer ≥ 1; got {getattr(self, name)!r}")
-        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates"):
+        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be an integer ≥ 0; got {getattr(self, name)!r}")
         for name in ("temperature", "val_temperature", "learning_rate"):
@@ -155,7 +159,7 @@ class TrainConfig:
             raise ConfigError(f"clip_ratio must be in (0, 1); got {self.clip_ratio!r}")
         if not self.dual_clip > 1:
             raise ConfigError(f"dual_clip must be > 1; got {self.dual_clip!r}")
-        for name in ("kl_coef", "kl_clip", "entropy_coef", "pair_coef", "weight_decay", "max_grad_norm"):
+        for name in ("kl_coef", "kl_clip", "entropy_coef", "pair_coef", "weight_decay", "max_grad_norm", "rubric_shaping"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be ≥ 0; got {getattr(self, name)!r}")
         if not 0 <= self.lora_dropout < 1:

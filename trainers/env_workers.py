@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -28,22 +29,28 @@ class EnvWorkerError(RuntimeError):
     """An environment raised inside a worker; the message carries the worker's traceback."""
 
 
-def _make(env_id: str, env_kwargs: dict[str, Any]) -> Any:
+def _make(env_id: str, env_kwargs: dict[str, Any], shaping: float = 0.0) -> Any:
     import gymnasium as gym  # noqa: PLC0415
 
     try:
         import agent_envs  # noqa: F401, PLC0415  (registers the rubricgym ids)
     except ImportError:  # pragma: no cover
         pass
-    return gym.make(env_id, **env_kwargs)
+    env = gym.make(env_id, **env_kwargs)
+    if shaping:
+        from wrappers.shaping import RubricShaping  # noqa: PLC0415
+
+        env = RubricShaping(env, coef=shaping)
+    return env
 
 
-def _do(envs: dict[int, Any], env_id: str, env_kwargs: dict[str, Any], cmd: str, items: Sequence[tuple]) -> list[Any]:
+def _do(envs: dict[int, Any], env_id: str, env_kwargs: dict[str, Any], cmd: str, items: Sequence[tuple],
+        shaping: float = 0.0) -> list[Any]:
     out = []
     for item in items:
         i = item[0]
         if i not in envs:
-            envs[i] = _make(env_id, env_kwargs)
+            envs[i] = _make(env_id, env_kwargs, shaping)
         env = envs[i]
         if cmd == "reset":
             _, seed, options = item
@@ -56,9 +63,7 @@ def _do(envs: dict[int, Any], env_id: str, env_kwargs: dict[str, Any], cmd: str,
     return out
 
 
-def _worker(conn: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
-    import os  # noqa: PLC0415
-
+def _worker(conn: Any, env_id: str, env_kwargs: dict[str, Any], shaping: float = 0.0) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     envs: dict[int, Any] = {}
     try:
@@ -68,7 +73,7 @@ def _worker(conn: Any, env_id: str, env_kwargs: dict[str, Any]) -> None:
                 break
             cmd, items = msg
             try:
-                conn.send(("ok", _do(envs, env_id, env_kwargs, cmd, items)))
+                conn.send(("ok", _do(envs, env_id, env_kwargs, cmd, items, shaping)))
             except Exception:  # noqa: BLE001  (forwarded to the trainer)
                 conn.send(("error", traceback.format_exc()))
     except (EOFError, KeyboardInterrupt):
@@ -89,10 +94,13 @@ class EnvPool:
         env_kwargs: Keyword arguments for ``gym.make``.
         n: Number of environments (slots).
         workers: Worker processes (0 = step in this process).
+        shaping: Wrap every environment in :class:`wrappers.shaping.RubricShaping` with
+            this coefficient (0 = no wrapper).
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any], n: int, workers: int = 0) -> None:
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any], n: int, workers: int = 0, *, shaping: float = 0.0) -> None:
         self.env_id, self.env_kwargs, self.n = env_id, dict(env_kwargs), n
+        self.shaping = float(shaping)
         self.workers = min(workers, n)
         self._local: dict[int, Any] = {}
         self._procs: list[Any] = []
@@ -101,7 +109,7 @@ class EnvPool:
             ctx = mp.get_context("spawn")
             for _ in range(self.workers):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(child, env_id, self.env_kwargs), daemon=True)
+                proc = ctx.Process(target=_worker, args=(child, env_id, self.env_kwargs, self.shaping), daemon=True)
                 proc.start()
                 child.close()
                 self._procs.append(proc)
@@ -112,7 +120,7 @@ class EnvPool:
             if not 0 <= item[0] < self.n:
                 raise IndexError(f"environment index {item[0]} out of range 0..{self.n - 1}")
         if self.workers == 0:
-            return _do(self._local, self.env_id, self.env_kwargs, cmd, items)
+            return _do(self._local, self.env_id, self.env_kwargs, cmd, items, self.shaping)
         buckets: list[list[int]] = [[] for _ in range(self.workers)]
         for k, item in enumerate(items):
             buckets[item[0] % self.workers].append(k)
@@ -133,6 +141,20 @@ class EnvPool:
         if errors:
             raise EnvWorkerError(f"{self.env_id} failed in a worker:\n{errors[0]}")
         return results
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the live worker processes have used so far (Linux
+        ``/proc``; 0 elsewhere or without workers)."""
+        total = 0.0
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        for proc in self._procs:
+            try:
+                with open(f"/proc/{proc.pid}/stat", encoding="ascii") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
 
     def reset(self, items: Sequence[tuple[int, int | None, dict[str, Any] | None]]) -> list[tuple[Any, dict[str, Any]]]:
         """Reset environments: ``(index, seed, options)`` -> ``(obs, info)`` each, in order."""

@@ -40,7 +40,9 @@ def episode_metrics(episodes: Sequence[dict[str, Any]]) -> dict[str, float]:
 
     Args:
         episodes: dicts with ``success`` (bool), ``score`` (float), ``steps`` (int),
-            ``invalid`` (int) and optionally ``task_type``.
+            ``invalid`` (int) and optionally ``task_type`` and ``rubric`` (the final rubric
+            channel values; averaged into ``rubric/<channel>``, e.g. the share of episodes
+            that ever held the target).
     """
     n = len(episodes)
     if n == 0:
@@ -59,6 +61,12 @@ def episode_metrics(episodes: Sequence[dict[str, Any]]) -> dict[str, float]:
             types.setdefault(str(e["task_type"]), []).append(bool(e["success"]))
     for t, v in sorted(types.items()):
         out[f"success/{t}"] = sum(v) / len(v)
+    channels: dict[str, list[float]] = {}
+    for e in episodes:
+        for name, value in (e.get("rubric") or {}).items():
+            channels.setdefault(str(name), []).append(float(value))
+    for name, v in sorted(channels.items()):
+        out[f"rubric/{name}"] = sum(v) / len(v)
     return out
 
 

@@ -5,8 +5,8 @@
 * :class:`VLLMBackend` — vLLM on a GPU when installed; weights are pushed to it after every
   update.  Same interface.
 * :func:`score_candidates` — ``choose`` mode: the log-probability of every admissible action's
-  response under the policy, computed with one prompt forward per batch of environments and
-  the candidates read off a shared KV cache.
+  response under the policy; each prompt and the prefix tree of all its candidates go
+  through the model as one sequence with a tree attention mask, several prompts per forward.
 
 Example:
     >>> import torch
@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -155,61 +154,187 @@ def score_candidates(
     *,
     pad_id: int,
     max_rows: int = 64,
+    max_tokens: int = 4096,
     use_cache: bool = True,
 ) -> list[torch.Tensor]:
     """Sum of log-probabilities of each candidate response given its prompt.
 
+    The default (``use_cache=True``) scores every prompt and **all** its candidates in one
+    sequence: the candidates are merged into a prefix tree (candidates sharing their first
+    tokens — ``<action>go to`` … — share those tree nodes) that is laid out after the prompt,
+    and a 4-D attention mask lets each tree node see the prompt and its own ancestors only,
+    with position ids continuing the prompt's.  Each token's context is therefore exactly the
+    one it has in ``prompt + candidate``, so the scores are those of scoring every candidate
+    on its own, for about the cost of one forward over the prompt.  Identical
+    ``(prompt, candidates)`` items (siblings in the same state) are scored once, and several
+    prompts share a forward (at most ``max_rows`` rows and ``max_tokens`` padded tokens).
+    The logits of the tree nodes are computed in float32 even under bf16 autocast.
+
     Args:
-        model: Causal LM.
+        model: Causal LM (a transformers model, optionally peft-wrapped).
         prompts: One prompt (token ids) per environment.
         candidates: Per environment, the token ids of each candidate response.
         pad_id: Padding id.
-        max_rows: Most candidate rows per forward.
-        use_cache: Run each prompt once and score its candidates on a shared KV cache
-            (``False``: score every ``prompt + candidate`` row from scratch; same numbers up
-            to float rounding, used by the tests as the reference).
+        max_rows: Most sequences per forward.
+        max_tokens: Most padded tokens (rows × width) per forward (a row that is longer on
+            its own still runs, alone).
+        use_cache: ``False`` scores every ``prompt + candidate`` row from scratch with
+            :func:`~trainers.objective.sequence_logprobs` (the tests' reference).
 
     Returns:
         Per environment a float32 tensor of candidate scores (CPU).
     """
+    if len(prompts) != len(candidates):
+        raise ValueError(f"score_candidates needs one candidate list per prompt; got {len(prompts)} prompts and {len(candidates)} lists")
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
         if not use_cache:
-            rows_p, rows_r, owner = [], [], []
-            for e, (p, cands) in enumerate(zip(prompts, candidates)):
+            rows_p, rows_r = [], []
+            for p, cands in zip(prompts, candidates):
                 for c in cands:
                     rows_p.append(p)
                     rows_r.append(c)
-                    owner.append(e)
             flat: list[float] = []
             for s in range(0, len(rows_p), max_rows):
                 batch = pack_rows(rows_p[s:s + max_rows], rows_r[s:s + max_rows], pad_id).to(device)
                 logp, _ = sequence_logprobs(model, batch)
                 flat.extend(torch.where(batch.response_mask.bool(), logp, 0.0).sum(1).float().cpu().tolist())
             return _split(flat, candidates)
-        # group environments so that each forward holds at most ~max_rows candidate rows
-        flat = []
-        env_chunk: list[int] = []
-        count = 0
-        for e, cands in enumerate(candidates):
-            if env_chunk and count + len(cands) > max_rows:
-                flat.extend(_score_chunk(model, [prompts[i] for i in env_chunk], [candidates[i] for i in env_chunk], pad_id, device))
-                env_chunk, count = [], 0
-            env_chunk.append(e)
-            count += len(cands)
-        if env_chunk:
-            flat.extend(_score_chunk(model, [prompts[i] for i in env_chunk], [candidates[i] for i in env_chunk], pad_id, device))
-        return _split(flat, candidates)
+        # one tree per distinct (prompt, candidates) item
+        unique: dict[tuple, int] = {}
+        items: list[_Tree] = []
+        owner: list[int] = []
+        for p, cands in zip(prompts, candidates):
+            if not len(p):
+                raise ValueError("score_candidates: an empty prompt cannot be scored")
+            key = (tuple(p), tuple(tuple(c) for c in cands))
+            if key not in unique:
+                unique[key] = len(items)
+                items.append(_Tree(list(p), [list(c) for c in cands]))
+            owner.append(unique[key])
+        scores: list[torch.Tensor | None] = [None] * len(items)
+        order = sorted(range(len(items)), key=lambda k: -items[k].width)
+        chunk: list[int] = []
+        p_max = n_max = 0
+        for k in order:
+            t = items[k]
+            p_new, n_new = max(p_max, len(t.prompt)), max(n_max, len(t.tokens))
+            if chunk and ((len(chunk) + 1) * (p_new + n_new) > max_tokens or len(chunk) >= max_rows):
+                _score_trees(model, [items[j] for j in chunk], pad_id, device, out=[scores, chunk])
+                chunk, p_new, n_new = [], len(t.prompt), len(t.tokens)
+            chunk.append(k)
+            p_max, n_max = p_new, n_new
+        if chunk:
+            _score_trees(model, [items[j] for j in chunk], pad_id, device, out=[scores, chunk])
+        return [scores[o].clone() for o in owner]  # type: ignore[union-attr]
     finally:
         model.train(was_training)
 
 
-def _cache_kwarg(model: Any) -> str:
-    """``cache`` on transformers versions that renamed ``past_key_values``."""
+class _Tree:
+    """A prompt and the prefix tree of its candidates (nodes in creation order)."""
+
+    def __init__(self, prompt: list[int], cands: list[list[int]]) -> None:
+        self.prompt = prompt
+        self.tokens: list[int] = []
+        self.parent: list[int] = []  # -1: the prompt's last token
+        self.depth: list[int] = []
+        self.paths: list[list[int]] = []
+        children: dict[tuple[int, int], int] = {}
+        for c in cands:
+            node, path = -1, []
+            for tok in c:
+                nxt = children.get((node, tok))
+                if nxt is None:
+                    nxt = len(self.tokens)
+                    children[(node, tok)] = nxt
+                    self.tokens.append(int(tok))
+                    self.parent.append(node)
+                    self.depth.append(0 if node < 0 else self.depth[node] + 1)
+                node = nxt
+                path.append(nxt)
+            self.paths.append(path)
+
+    @property
+    def width(self) -> int:
+        return len(self.prompt) + len(self.tokens)
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any] | None:
+    """(decoder body, output projection) of a plain causal LM, or ``None`` when the model
+    post-processes its logits (soft-capping, scaling) and must be called whole."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    cfg = getattr(base, "config", None)
+    if cfg is None or getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return None
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    body = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    if head is None or body is None or body is base or not callable(body):
+        return None
+    return body, head
+
+
+def _score_trees(model: Any, trees: Sequence[_Tree], pad_id: int, device: Any, *, out: list) -> None:
+    """One forward over ``trees`` (rows: left-padded prompt, then the tree nodes, then padding)."""
+    scores, slots = out
+    b = len(trees)
+    p_max = max(len(t.prompt) for t in trees)
+    n_max = max(1, max(len(t.tokens) for t in trees))
+    width = p_max + n_max
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    pos = torch.zeros((b, width), dtype=torch.long)
+    mask = torch.zeros((b, width, width), dtype=torch.bool)
+    for r, t in enumerate(trees):
+        lp, n = len(t.prompt), len(t.tokens)
+        p0 = p_max - lp
+        ids[r, p0:p_max] = torch.tensor(t.prompt, dtype=torch.long)
+        pos[r, p0:p_max] = torch.arange(lp)
+        mask[r, p0:p_max, p0:p_max] = torch.ones(lp, lp, dtype=torch.bool).tril_()
+        if n:
+            ids[r, p_max:p_max + n] = torch.tensor(t.tokens, dtype=torch.long)
+            pos[r, p_max:p_max + n] = lp + torch.tensor(t.depth, dtype=torch.long)
+            anc = torch.zeros((n, n), dtype=torch.bool)
+            for k, par in enumerate(t.parent):
+                if par >= 0:
+                    anc[k] = anc[par]
+                anc[k, k] = True
+            mask[r, p_max:p_max + n, p0:p_max] = True
+            mask[r, p_max:p_max + n, p_max:p_max + n] = anc
+    mask |= torch.eye(width, dtype=torch.bool)  # padding attends to itself (no empty rows)
+    # the positions whose next-token distribution is needed: the prompt's last token and
+    # every node with children (column p_max - 1 + 1 + node)
+    sel_r: list[int] = []
+    sel_c: list[int] = []
+    where: list[dict[int, int]] = []
+    for r, t in enumerate(trees):
+        need = sorted(set(t.parent))
+        where.append({node: len(sel_r) + k for k, node in enumerate(need)})
+        sel_r.extend([r] * len(need))
+        sel_c.extend(p_max + node for node in need)  # node -1 -> column p_max - 1
+    ids, pos, mask4 = ids.to(device), pos.to(device), mask[:, None].to(device)
+    parts = _decoder_and_head(model)
+    if parts is not None:
+        body, head = parts
+        hidden = body(input_ids=ids, attention_mask=mask4, position_ids=pos, use_cache=False).last_hidden_state
+        h = hidden[torch.tensor(sel_r, device=device), torch.tensor(sel_c, device=device)]
+        with torch.autocast(device_type=torch.device(device).type, enabled=False):
+            logits = torch.nn.functional.linear(h.to(head.weight.dtype), head.weight, head.bias).float()
+    else:
+        keep = n_max + 1
+        full = model(input_ids=ids, attention_mask=mask4, position_ids=pos, use_cache=False, logits_to_keep=keep).logits
+        cols = torch.tensor(sel_c, device=device) - (width - keep)
+        logits = full[torch.tensor(sel_r, device=device), cols].float()
+    logz = torch.logsumexp(logits, dim=-1)
+    for r, t in enumerate(trees):
+        if not t.tokens:
+            scores[slots[r]] = torch.zeros(len(t.paths), dtype=torch.float32)
+            continue
+        rows = torch.tensor([where[r][par] for par in t.parent], device=device)
+        toks = torch.tensor(t.tokens, device=device)
+        node_lp = (logits[rows, toks] - logz[rows]).double().cpu()
+        scores[slots[r]] = torch.tensor([float(node_lp[path].sum()) if path else 0.0 for path in t.paths], dtype=torch.float32)
 
 
 def _split(flat: list[float], candidates: Sequence[Sequence[Any]]) -> list[torch.Tensor]:
@@ -218,48 +343,3 @@ def _split(flat: list[float], candidates: Sequence[Sequence[Any]]) -> list[torch
         out.append(torch.tensor(flat[k:k + len(cands)], dtype=torch.float32))
         k += len(cands)
     return out
-
-
-def _score_chunk(model: Any, prompts: Sequence[Sequence[int]], candidates: Sequence[Sequence[Sequence[int]]], pad_id: int, device: Any) -> list[float]:
-    n = len(prompts)
-    width = max(len(p) for p in prompts)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
-        att[i, width - len(p):] = 1
-    pos = (att.cumsum(1) - 1).clamp(min=0)
-    ids, att, pos = ids.to(device), att.to(device), pos.to(device)
-    out = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1)
-    first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # [n, V]
-    cache = getattr(out, "cache", None) or out.past_key_values
-    owner = [e for e, cands in enumerate(candidates) for _ in cands]
-    if not owner:
-        return []
-    cand_rows = [c for cands in candidates for c in cands]
-    lc = max(1, max(len(c) for c in cand_rows))
-    index = torch.tensor(owner, device=device)
-    cache.reorder_cache(index)
-    m = len(cand_rows)
-    cid = torch.full((m, lc), pad_id, dtype=torch.long)
-    cmask = torch.zeros_like(cid)
-    for j, c in enumerate(cand_rows):
-        if c:
-            cid[j, :len(c)] = torch.tensor(list(c), dtype=torch.long)
-            cmask[j, :len(c)] = 1
-    cid, cmask = cid.to(device), cmask.to(device)
-    full_att = torch.cat([att[index], cmask], dim=1)
-    start = att.sum(1)[index]  # next position after each prompt
-    cpos = start[:, None] + torch.arange(lc, device=device)[None, :]
-    out2 = model(input_ids=cid, attention_mask=full_att, position_ids=cpos, use_cache=True, **{_cache_kwarg(model): cache})
-    logsm = torch.log_softmax(out2.logits.float(), dim=-1)  # [m, lc, V]
-    # token 0 comes from the prompt's last logits; token j>0 from candidate position j-1
-    lp0 = first[index].gather(1, cid[:, :1]).squeeze(1)
-    if lc > 1:
-        rest = logsm[:, :-1, :].gather(2, cid[:, 1:].unsqueeze(-1)).squeeze(-1)
-        rest = torch.where(cmask[:, 1:].bool(), rest, torch.zeros_like(rest))
-        total = lp0 + rest.sum(1)
-    else:
-        total = lp0
-    total = torch.where(cmask[:, 0].bool(), total, torch.zeros_like(total))
-    return total.cpu().tolist()

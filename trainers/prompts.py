@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["build_prompt", "build_messages", "parse_action", "format_action", "STYLES"]
+__all__ = ["build_prompt", "build_messages", "compact_observation", "parse_action", "format_action", "STYLES"]
 
 STYLES = ("think", "action_only")
 
@@ -32,6 +32,16 @@ _INSTRUCTIONS = {
     ),
     "action_only": "Reply with exactly one action from the list, written as <action>the action</action>, and nothing else.",
 }
+# the same instructions when no list is shown (choose mode scores the admissible actions itself)
+_INSTRUCTIONS_NO_LIST = {
+    "think": (
+        "First think about what to do next, step by step, inside <think> </think>. "
+        "Then give exactly one action inside <action> </action>."
+    ),
+    "action_only": "Reply with exactly one action, written as <action>the action</action>, and nothing else.",
+}
+
+_BANNER_RE = re.compile(r"^\s*-=.*=-\s*$")
 
 _ACTION_RE = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 
@@ -46,6 +56,7 @@ def build_prompt(
     step: int | None = None,
     list_actions: bool = True,
     max_chars: int | None = None,
+    compact: bool = False,
 ) -> str:
     """The user message for one decision.
 
@@ -59,21 +70,48 @@ def build_prompt(
         step: Number of actions taken so far (defaults to ``len(history)``).
         list_actions: Show the admissible actions.
         max_chars: If the prompt is longer, drop the history (oldest first) to fit.
+        compact: A shorter prompt with the same fields: no opening sentence (give it as a
+            system message instead) and observations passed through
+            :func:`compact_observation`.
     """
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
     history = list(history)
+    if compact:
+        observation = compact_observation(observation, goal)
+        history = [(compact_observation(o, goal), a) for o, a in history]
     while True:
-        text = _render(goal, observation, admissible, history, style, step, list_actions)
+        text = _render(goal, observation, admissible, history, style, step, list_actions, compact)
         if max_chars is None or len(text) <= max_chars or not history:
             return text
         history = history[1:]
 
 
+def compact_observation(observation: str, goal: str = "") -> str:
+    r"""An observation without decoration: banner lines such as ``-= Welcome … =-``, a line
+    that only repeats the goal (``Your task is to: <goal>``), blank lines, and runs of
+    spaces are dropped.
+
+    >>> compact_observation("-= Welcome =-\n\nYou see a mug 1.\n\nYour task is to: put a mug in sink.", "put a mug in sink.")
+    'You see a mug 1.'
+    """
+    g = " ".join(goal.split()).lower().rstrip(".")
+    kept = []
+    for line in observation.splitlines():
+        line = " ".join(line.split())
+        if not line or _BANNER_RE.match(line):
+            continue
+        if g and line.lower().rstrip(".").endswith(g) and line.lower().startswith("your task is to"):
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def _render(goal: str, observation: str, admissible: Sequence[str], history: list[tuple[str, str]],
-            style: str, step: int | None, list_actions: bool) -> str:
+            style: str, step: int | None, list_actions: bool, compact: bool = False) -> str:
     taken = len(history) if step is None else step
-    lines = ["You control an agent in a text-based environment.", f"Goal: {goal.strip()}"]
+    lines = [] if compact else ["You control an agent in a text-based environment."]
+    lines.append(f"Goal: {goal.strip()}")
     if history:
         lines.append(f"Actions taken so far: {taken}. The last {len(history)} turn(s):")
         first = taken - len(history) + 1
@@ -83,12 +121,13 @@ def _render(goal: str, observation: str, admissible: Sequence[str], history: lis
     lines.append(f"Now (turn {taken + 1}) you see: {observation.strip()}")
     if list_actions:
         lines.append("Possible actions: " + " | ".join(a.strip() for a in admissible))
-    lines.append(_INSTRUCTIONS[style])
+    lines.append((_INSTRUCTIONS if list_actions else _INSTRUCTIONS_NO_LIST)[style])
     return "\n".join(lines)
 
 
 def build_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
-    """Chat messages for a prompt (a system message only when one is given)."""
+    """Chat messages for a prompt (a system message only when one is given; without one,
+    some chat templates insert their own default)."""
     msgs = [{"role": "system", "content": system}] if system else []
     msgs.append({"role": "user", "content": prompt})
     return msgs

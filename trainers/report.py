@@ -39,8 +39,14 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunInfo:
     evals = list({r["update"]: r for r in evals}.values())
     train = sorted({r["update"]: r for r in records if r.get("phase") == "train"}.values(), key=lambda r: r["update"])
     curve = [(r["update"], r.get("success", 0.0)) for r in evals]
+    summary: dict[str, Any] = {}
+    if (run_dir / "summary.json").is_file():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{run_dir / 'summary.json'}: not JSON: {exc}") from None
     return RunInfo(name=run_dir.name, path=str(run_dir), method=cfg.get("estimator", "?"), seed=cfg.get("seed", 0),
-                   eval=evals, train=train, l5=l5(curve), auc=normalized_auc(curve), config=cfg)
+                   eval=evals, train=train, l5=l5(curve), auc=normalized_auc(curve), config=cfg, summary=summary)
 
 
 def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
@@ -92,12 +98,28 @@ def summary_text(run: RunInfo) -> str:
         types = sorted(k for k in last if k.startswith("success/"))
         if types:
             lines.append("last evaluation per task type: " + ", ".join(f"{k[8:]} {last[k]:.2f}" for k in types))
+        chans = sorted(k for k in last if k.startswith("rubric/") and k in first)
+        if chans:
+            lines.append("rubric progress, first → last validation (mean final channel value): "
+                         + ", ".join(f"{k[7:]} {first[k]:.2f} → {last[k]:.2f}" for k in chans))
         lines.append(f"last evaluation: invalid-action rate {last.get('invalid_rate', 0):.3f}, mean steps {last.get('mean_steps', 0):.2f}, score {last.get('score', 0):.3f}")
     if run["train"]:
         t = run["train"]
         lines.append("training success by update: " + ", ".join(f"{r['update']}: {r.get('train/success', 0):.2f}" for r in t))
         secs = [r.get("time/update_s", 0.0) for r in t]
         lines.append(f"updates: {len(t)}, mean update time {sum(secs) / len(secs):.1f} s")
+    summ = run.get("summary") or {}
+    if summ.get("seconds"):
+        line = f"time: {summ['seconds']:.0f} s wall"
+        cpu = [c for c in summ.get("cpu") or [] if c]
+        if cpu:
+            trainer = sum(c.get("trainer_s", 0.0) for c in cpu)
+            workers = sum(c.get("env_workers_s", 0.0) for c in cpu)
+            line += f", {trainer + workers:.0f} s CPU (trainer {trainer:.0f} s with {cpu[0].get('torch_threads', '?')} torch thread(s), env workers {workers:.0f} s)"
+        phases = summ.get("phases_s") or {}
+        if phases:
+            line += "; phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.items())
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -63,6 +63,8 @@ class RolloutSettings:
     prompt_style: str = "think"
     history_length: int = 2
     list_actions: bool = True
+    compact_prompt: bool = False
+    system_prompt: str = ""
     max_prompt_tokens: int = 2048
     max_response_tokens: int = 512
     max_steps: int = 50
@@ -75,7 +77,8 @@ class RolloutSettings:
         """Take the matching fields of a :class:`~trainers.config.TrainConfig`."""
         return cls(
             action_mode=cfg.action_mode, prompt_style=cfg.prompt_style, history_length=cfg.history_length,
-            list_actions=cfg.list_actions, max_prompt_tokens=cfg.max_prompt_tokens,
+            list_actions=cfg.list_actions, compact_prompt=cfg.compact_prompt, system_prompt=cfg.system_prompt,
+            max_prompt_tokens=cfg.max_prompt_tokens,
             max_response_tokens=cfg.max_response_tokens, max_steps=cfg.max_steps,
             temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
             batch_rows=cfg.rollout_batch_size,
@@ -109,8 +112,8 @@ def _hashable(value: Any, fallback: Hashable) -> Hashable:
         return repr(value)
 
 
-def _encode_prompt(tokenizer: Any, text: str, max_tokens: int) -> list[int]:
-    ids = tokenizer.apply_chat_template(build_messages(text), add_generation_prompt=True, tokenize=True)
+def _encode_prompt(tokenizer: Any, text: str, max_tokens: int, system: str = "") -> list[int]:
+    ids = tokenizer.apply_chat_template(build_messages(text, system or None), add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
     ids = list(ids)
@@ -187,8 +190,9 @@ def collect_rollouts(
             text = build_prompt(
                 e.goal, e.obs, adm, e.history[-settings.history_length:] if settings.history_length else [],
                 style=settings.prompt_style, step=len(e.steps), list_actions=settings.list_actions,
+                compact=settings.compact_prompt,
             )
-            prompts.append(_encode_prompt(tokenizer, text, settings.max_prompt_tokens))
+            prompts.append(_encode_prompt(tokenizer, text, settings.max_prompt_tokens, settings.system_prompt))
         tp = time.perf_counter()
         actions, responses, texts = _decide(model, tokenizer, backend, live, prompts, settings, eos)
         stats["policy_s"] += time.perf_counter() - tp
@@ -240,9 +244,27 @@ def collect_rollouts(
         groups[e.g][e.i] = Trajectory(task_id=_hashable(e.task_id, str(e.ref.task)), slot=e.i, steps=e.steps,
                                       score=e.score, success=e.won, truncated=e.truncated)
         rows[e.g][e.i] = e.rows
-        meta[e.g][e.i] = {"task_type": e.task_type, "invalid": e.invalid, "steps": len(e.steps), "task": e.ref.task}
+        meta[e.g][e.i] = {"task_type": e.task_type, "invalid": e.invalid, "steps": len(e.steps), "task": e.ref.task,
+                          "rubric": _final_rubric(e.info)}
     stats["rollout_s"] = time.perf_counter() - t0
     return RolloutResult(groups, rows, meta, stats)
+
+
+def _final_rubric(info: dict[str, Any]) -> dict[str, float]:
+    """The numeric, non-diagnostic rubric channels an episode ended with (progress metrics)."""
+    from rubrics.channels import diagnostic_channels  # noqa: PLC0415  (no torch, no engine)
+
+    status = info.get("rubric") or {}
+    skip = diagnostic_channels()
+    out: dict[str, float] = {}
+    for name, value in status.items():
+        if name in skip or isinstance(value, str):
+            continue
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 _SLOT = re.compile(r"<[^<>]*>")

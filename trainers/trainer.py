@@ -9,7 +9,9 @@ One update:
 3. The configured estimator (:mod:`wrappers.credit`) turns the groups into per-step
    advantages and, for MCGPO, preference pairs.
 4. Old (rollout) and reference log-probs are computed without gradients (the reference is
-   the LoRA base with adapters disabled, or a frozen copy).
+   the LoRA base with adapters disabled, or a frozen copy).  With a single optimizer step
+   per update (``ppo_epochs = mini_batches = 1``) π_old is that step's own policy, so the
+   old log-probs are its detached log-probs and no extra forward is needed.
 5. ``ppo_epochs`` × ``mini_batches`` optimizer steps; each mini-batch is a list of pair-aware
    micro-batches whose gradients accumulate (DDP syncs on the last; every process runs the
    same number of micro-batches, padding with zero-weight ones).
@@ -51,7 +53,7 @@ from trainers.models import apply_lora, load_policy
 from trainers.objective import PackedBatch, pack_rows, pair_loss, response_deltas, sequence_logprobs, task_loss
 from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 
-__all__ = ["Trainer", "list_tasks", "weights_digest"]
+__all__ = ["Trainer", "cpu_threads", "list_tasks", "weights_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,26 @@ def list_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[Any]
         return None
     finally:
         env.close()
+
+
+def cpu_threads(requested: int = 0) -> int:
+    """Torch CPU threads: ``$RUBRICGYM_TORCH_THREADS`` if set, else ``requested`` if > 0,
+    else the cores this process may use that the 1-minute load average leaves free (at
+    least 1).  On a shared, loaded machine extra threads only wait on each other."""
+    env = os.environ.get("RUBRICGYM_TORCH_THREADS")
+    if env:
+        return max(1, int(env))
+    if requested > 0:
+        return requested
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # pragma: no cover
+        load = 0.0
+    return max(1, min(cores, int(cores - load + 0.5)))
 
 
 def _mixed_precision(cfg: TrainConfig) -> str:
@@ -143,8 +165,9 @@ class Trainer:
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
             cfg.save(self.run_dir / "config.yaml")
         acc.wait_for_everyone()
-        if torch.cuda.is_available() is False:
-            torch.set_num_threads(max(1, int(os.environ.get("RUBRICGYM_TORCH_THREADS", "1"))))
+        if not torch.cuda.is_available():
+            torch.set_num_threads(cpu_threads(cfg.torch_threads))
+        log.info("torch threads: %d", torch.get_num_threads())
         set_seed(cfg.seed)
         # --- tasks ---
         self.val_task_ids = self._task_ids(cfg.val_split, cfg.val_tasks, "val_tasks") if cfg.val_tasks else []
@@ -181,9 +204,11 @@ class Trainer:
 
         self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
         self.groups_here = len(range(self.rank, cfg.groups_per_update, self.world))
-        self.pool = EnvPool(cfg.env_id, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers)
+        self.pool = EnvPool(cfg.env_id, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers,
+                            shaping=cfg.rubric_shaping)
         self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
         self.start_update = 0
+        self.phase_seconds: dict[str, float] = {"eval": 0.0, "rollout": 0.0, "credit": 0.0, "optimize": 0.0, "checkpoint": 0.0}
         self.eval_history: list[dict[str, Any]] = []
         self.resumed_from: str | None = None
         if resume:
@@ -251,7 +276,7 @@ class Trainer:
                     out.append(logp[k, logp.shape[1] - len(r.response_ids):].float().cpu())
         return out
 
-    def _packed(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor], ref: list[torch.Tensor] | None):
+    def _packed(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None):
         pad = self.tokenizer.pad_token_id
         sel = [rows[i] for i in idx]
         batch = pack_rows([r.prompt_ids for r in sel], [r.response_ids for r in sel], pad)
@@ -266,7 +291,7 @@ class Trainer:
             return t
 
         adv = torch.tensor([r.advantage for r in sel], dtype=torch.float32)
-        return (batch.to(self.accelerator.device), right_align(old).to(self.accelerator.device),
+        return (batch.to(self.accelerator.device), None if old is None else right_align(old).to(self.accelerator.device),
                 None if ref is None else right_align(ref).to(self.accelerator.device), adv.to(self.accelerator.device))
 
     def _dummy_batch(self) -> PackedBatch:
@@ -280,7 +305,11 @@ class Trainer:
         """The policy update on this process's rows (all processes call it together)."""
         cfg, acc = self.cfg, self.accelerator
         t0 = time.perf_counter()
-        old = self._logprobs(rows, reference=False)
+        # With one optimizer step per update, π_old is the policy of that step itself: its
+        # old log-probs are the step's own, detached (ρ = 1 exactly), so the extra no-grad
+        # forward over every row is skipped.
+        on_policy = cfg.ppo_epochs * cfg.mini_batches == 1
+        old = None if on_policy else self._logprobs(rows, reference=False)
         use_ref = cfg.kl_coef > 0
         ref = self._logprobs(rows, reference=True) if use_ref else None
         t_lp = time.perf_counter() - t0
@@ -310,6 +339,8 @@ class Trainer:
                             weight, local_pairs = 0.0, []
                         with acc.autocast():
                             logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
+                        if on_policy and k < len(micros):
+                            old_lp = logp.detach()
                         loss_task, st = task_loss(
                             logp, old_lp, ref_lp, ent, adv, batch.response_mask,
                             clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef,
@@ -357,6 +388,9 @@ class Trainer:
             save_jsonl(self.run_dir / "rollouts" / f"update_{update + 1:05d}{suffix}.jsonl",
                        [t for g in result.groups for t in g])
         opt = self.optimize(rows, pairs, update)
+        self.phase_seconds["rollout"] += result.stats.get("rollout_s", 0.0)
+        self.phase_seconds["credit"] += t_credit
+        self.phase_seconds["optimize"] += opt["optimize_s"]
         episodes = [{"success": t.success, "score": t.score, **m} for g, gm in zip(result.groups, result.meta) for t, m in zip(g, gm)]
         advs = [a for c in credits for a in c.advantages if len(a)]
         adv = np.concatenate(advs) if advs else np.zeros(1)
@@ -397,6 +431,7 @@ class Trainer:
         all_eps = [e for part in _gather(self.accelerator, episodes) for e in part]
         out = episode_metrics(all_eps)
         out["eval_s"] = time.perf_counter() - t0
+        self.phase_seconds["eval"] += out["eval_s"]
         return out
 
     # ------------------------------------------------------------------ the loop
@@ -405,6 +440,7 @@ class Trainer:
         cfg, acc = self.cfg, self.accelerator
         progress = _Progress(enabled=cfg.progress and acc.is_main_process, total=cfg.updates, start=self.start_update)
         t_start = time.perf_counter()
+        cpu_start = time.process_time()
         try:
             if self.start_update == 0 and cfg.eval_at_start and not self.eval_history:
                 self._eval_and_log(0)
@@ -420,7 +456,9 @@ class Trainer:
                 if done % cfg.save_every == 0 or done == cfg.updates or done == end:
                     self._checkpoint(done)
                 progress.advance(record.get("train/success", 0.0), self.eval_history[-1].get("success") if self.eval_history else None)
-            summary = self._summary(time.perf_counter() - t_start)
+            cpu = {"trainer_s": time.process_time() - cpu_start, "env_workers_s": self.pool.worker_cpu_seconds(),
+                   "torch_threads": torch.get_num_threads()}
+            summary = self._summary(time.perf_counter() - t_start, cpu)
         finally:
             progress.close()
             self.pool.close()
@@ -435,11 +473,13 @@ class Trainer:
     def _checkpoint(self, update: int) -> None:
         state = {"update": update, "sampler": {"kind": "per-update", "seed": self.cfg.seed, "next_update": update},
                  "eval_history": self.eval_history, "config": self.cfg.to_dict()}
+        t0 = time.perf_counter()
         save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
         if self.accelerator.is_main_process:
             prune_checkpoints(self.run_dir / "checkpoints", self.cfg.keep_checkpoints)
+        self.phase_seconds["checkpoint"] += time.perf_counter() - t0
 
-    def _summary(self, seconds: float) -> dict[str, Any]:
+    def _summary(self, seconds: float, cpu: dict[str, float] | None = None) -> dict[str, Any]:
         acc = self.accelerator
         digests = _gather(acc, weights_digest(self.unwrapped))
         curve = [(h["update"], h["success"]) for h in self.eval_history if "success" in h]
@@ -453,6 +493,8 @@ class Trainer:
             "L5": l5(curve),
             "normalized_auc": normalized_auc(curve),
             "seconds": seconds,
+            "cpu": _gather(acc, cpu or {}),
+            "phases_s": self.phase_seconds,
             "resumed_from": self.resumed_from,
         }
         if acc.is_main_process:
