@@ -113,27 +113,22 @@ def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
     return policy
 
 
-def _frozen_pair(value: Any) -> bool:
-    return isinstance(value, (frozenset, set))
-
-
 def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
     """Matching keys of a decision in the layout MCGPO reads (:mod:`wrappers.credit.mcgpo`).
 
-    ``{"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}`` with the state summaries
-    without the signature.  Environments that put (C, F) inside their summaries as the last
-    two entries (ALFWorld: SPEC §3.4 "both keys also carry the rubric signature") have them
-    split off into ``"signature"``; keys that already have ``"signature"`` pass unchanged.
+    Both environments report ``{"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}``
+    (state summaries without the signature); the dict is copied.  An environment that
+    reports its signature only as ``info["signature"]`` has it filled in.
 
     Example:
         >>> C, F = frozenset({"target_acquired"}), frozenset({"target_placed"})
-        >>> keys = matching_keys({"keys": {"exact": ("pick", "desk 1", C, F), "coarse": ("pick", True, C, F)}})
-        >>> keys["exact"], keys["signature"] == (C, F)
-        (('pick', 'desk 1'), True)
+        >>> matching_keys({"keys": {"exact": ("pick", "desk 1")}, "signature": (C, F)})["signature"] == (C, F)
+        True
     """
     keys = dict(info.get("keys") or {})
-    if "signature" in keys:
-        return keys
+    if "signature" not in keys and info.get("signature") is not None:
+        keys["signature"] = tuple(info["signature"])
+    return keys
     ex, co = keys.get("exact"), keys.get("coarse")
     if (
         isinstance(ex, tuple)

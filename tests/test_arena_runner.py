@@ -12,7 +12,6 @@ from trainers.arena.runner import (
     ArenaConfig,
     _minibatches,
     expand_actions,
-    matching_keys,
     run_arena,
     run_one,
     search_queries,
@@ -76,15 +75,6 @@ def test_search_queries_and_action_expansion() -> None:
     ]
     assert expand_actions(["search[<your query>]", "click[buy now]"], goal)[-1] == "click[buy now]"
     assert len(expand_actions(["search[<your query>]"], goal)) == 3
-
-
-def test_matching_keys_copy_the_env_layout_and_fill_a_missing_signature() -> None:
-    c, f = frozenset({"search_issued"}), frozenset({"product_opened"})
-    info = {"keys": {"exact": ("results", "q"), "coarse": ("results", True), "signature": (c, f)}}
-    keys = matching_keys(info)
-    assert keys == info["keys"] and keys is not info["keys"]
-    legacy = {"keys": {"exact": "e", "coarse": "c"}, "signature": (c, f)}
-    assert matching_keys(legacy) == {"exact": "e", "coarse": "c", "signature": (c, f)}
 
 
 # ------------------------------------------------------------------ real WebShop runs

@@ -127,11 +127,11 @@ def test_bad_arguments_and_policies():
         GroupRunner(_Counter, workers=-1)
 
 
-def test_matching_keys_split_the_signature_off_only_when_present():
+def test_matching_keys_copy_the_layout_and_fill_a_missing_signature():
     C, F = frozenset({"a"}), frozenset({"b"})
-    assert matching_keys({"keys": {"exact": (1, C, F), "coarse": (2, C, F)}}) == {
-        "exact": (1,), "coarse": (2,), "signature": (C, F)}
     already = {"exact": (1,), "coarse": (2,), "signature": (C, F)}
-    assert matching_keys({"keys": already}) == already
-    assert matching_keys({"keys": {"exact": (1, C), "coarse": (2, C)}}) == {"exact": (1, C), "coarse": (2, C)}
+    keys = matching_keys({"keys": already, "signature": "ignored"})
+    assert keys == already and keys is not already
+    assert matching_keys({"keys": {"exact": (1,)}, "signature": (C, F)}) == {"exact": (1,), "signature": (C, F)}
+    assert matching_keys({}) == {}
     assert Turn(0, 1, 2, "o", {}).history == ()

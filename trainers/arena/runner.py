@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_envs.rollout import matching_keys
 from agent_envs.trajectory import Step, Trajectory
 from trainers.arena.memo import EpisodeMemo
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
@@ -375,18 +376,6 @@ def expand_actions(actions: Sequence[str], goal: str) -> list[str]:
         else:
             out.append(a)
     return out
-
-
-def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
-    """``Step.keys`` from ``info``: ``{"exact", "coarse", "signature": (C, F)}`` (copied).
-
-    Both environments already report MCGPO's layout; a missing signature is taken from
-    ``info["signature"]`` when present.
-    """
-    keys = dict(info.get("keys") or {})
-    if "signature" not in keys and info.get("signature") is not None:
-        keys["signature"] = tuple(info["signature"])
-    return keys
 
 
 def _hashable(value: Any, fallback: Hashable) -> Hashable:
