@@ -74,3 +74,51 @@ def test_files_round_trip_and_can_start_from_a_preset(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="neither a file nor a preset"):
         load_config("no-such-preset")
+
+
+def test_torch_threads_auto_requested_and_environment(monkeypatch):
+    from trainers.trainer import cpu_threads
+
+    monkeypatch.delenv("RUBRICGYM_TORCH_THREADS", raising=False)
+    assert cpu_threads(3) == 3
+    cores = len(__import__("os").sched_getaffinity(0))
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert cpu_threads(0) == cores  # idle: every core
+    monkeypatch.setattr("os.getloadavg", lambda: (cores + 5.0, 0.0, 0.0))
+    assert cpu_threads(0) == 1  # busy: one thread
+    monkeypatch.setenv("RUBRICGYM_TORCH_THREADS", "2")
+    assert cpu_threads(0) == 2 and cpu_threads(5) == 2
+    with pytest.raises(ConfigError, match="torch_threads must be an integer ≥ 0"):
+        load_config("demo", ["torch_threads=-1"])
+    with pytest.raises(ConfigError, match="rubric_shaping must be ≥ 0"):
+        load_config("demo", ["rubric_shaping=-0.5"])
+
+
+def test_episode_metrics_average_rubric_channels_and_the_summary_shows_them(tmp_path):
+    import json
+
+    from trainers.evaluation import episode_metrics
+    from trainers.report import load_run, summary_text
+
+    eps = [
+        {"success": True, "score": 1.0, "steps": 4, "invalid": 0, "task_type": "pick", "rubric": {"target_acquired": 1.0, "solved": 1.0}},
+        {"success": False, "score": 0.0, "steps": 12, "invalid": 2, "task_type": "pick", "rubric": {"target_acquired": 1.0, "solved": 0.0}},
+        {"success": False, "score": 0.0, "steps": 12, "invalid": 0, "task_type": "look", "rubric": {"target_acquired": 0.0, "solved": 0.0}},
+        {"success": False, "score": 0.0, "steps": 12, "invalid": 0, "task_type": "look"},  # no rubric: not averaged
+    ]
+    m = episode_metrics(eps)
+    # success 1/4; steps 40 with 2 invalid: 2/40 = 0.05; acquired (1 + 1 + 0) / 3; solved 1/3
+    assert m["success"] == 0.25 and m["mean_steps"] == 10.0 and m["invalid_rate"] == 0.05
+    assert m["success/pick"] == 0.5 and m["success/look"] == 0.0
+    assert m["rubric/target_acquired"] == pytest.approx(2 / 3) and m["rubric/solved"] == pytest.approx(1 / 3)
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = [{"update": 0, "phase": "eval", **m}, {"update": 2, "phase": "eval", **m, "rubric/target_acquired": 1.0},
+            {"update": 1, "phase": "train", "train/success": 0.5, "time/update_s": 10.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run / "summary.json").write_text(json.dumps({"seconds": 100.0, "cpu": [{"trainer_s": 80.0, "env_workers_s": 15.0, "torch_threads": 1}],
+                                                  "phases_s": {"eval": 30.0, "rollout": 50.0}}))
+    text = summary_text(load_run(run))
+    assert "target_acquired 0.67 → 1.00" in text
+    assert "100 s wall, 95 s CPU (trainer 80 s with 1 torch thread(s), env workers 15 s)" in text
+    assert "phases: eval 30 s, rollout 50 s" in text

@@ -37,11 +37,11 @@ def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
         "eval_every=1", "save_every=1", f"output_dir={tmp_path}", f"run_name={name}",
         "learning_rate=1e-3", "progress=false", "tensorboard=false", "max_response_tokens=12",
         "micro_batch_rows=4", "estimator_params={}", "skip_zero_advantage_rows=false", "env_workers=0",
-        "mixed_precision=no", *WEBSHOP, *extra,
+        "mixed_precision=no", "rubric_shaping=0.0", "max_train_rows=0", *WEBSHOP, *extra,
     ]
 
 
-def _check_run(run: Path, cfg) -> list:
+def _check_run(run: Path, cfg, all_rows: bool = True) -> list:
     trajs = load_jsonl(run / "rollouts" / "update_00001.jsonl")
     assert len(trajs) == cfg.groups_per_update * cfg.group_size
     assert sorted({t.slot for t in trajs}) == list(range(cfg.group_size))
@@ -50,7 +50,8 @@ def _check_run(run: Path, cfg) -> list:
     evals = [r for r in records if r["phase"] == "eval"]
     assert len(train) == 1 and [e["update"] for e in evals] == [0, 1]
     steps = sum(len(t.steps) for t in trajs)
-    assert train[0]["opt/rows"] == steps  # every decision is one training row
+    if all_rows:
+        assert train[0]["opt/rows"] == steps  # every decision is one training row
     assert train[0]["train/episodes"] == len(trajs)
     ckpt = latest_checkpoint(run / "checkpoints")
     assert ckpt is not None and (ckpt / MARKER).is_file()
@@ -68,6 +69,9 @@ def test_one_update_choose_mode_webshop(tmp_path):
     assert all(s.extra["response"].startswith("<action>") for t in trajs for s in t.steps)
     train = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train"][0]
     assert train["opt/pairs_colocated"] == train["opt/pairs"]
+    # one optimizer step per update: π_old is that step's policy, so every ratio is exactly 1
+    if train["opt/rows"]:
+        assert train["opt/ratio_mean"] == 1.0 and train["opt/clip_frac"] == 0.0
 
 
 @pytest.mark.slow
@@ -177,12 +181,29 @@ ALFWORLD = ["env_id=ALFWorld-Rubric-v0", "env_kwargs={}", "train_split=generated
 def test_one_update_on_generated_alfworld(tmp_path, mode):
     # env_workers: engines live in worker processes (a fresh ALFWorld engine made in a process
     # whose earlier engines were garbage-collected can segfault, see the report)
-    ov = _overrides(tmp_path, mode, [*ALFWORLD, f"action_mode={mode}", "estimator=grpo", "env_workers=2"])
+    # choose mode also runs the demo's CPU options: rubric shaping, compact prompts with a
+    # system message, at most 5 sampled training rows, a bf16 rollout copy
+    demo_opts = ["rubric_shaping=0.05", "compact_prompt=true", "system_prompt=Be brief.", "max_train_rows=5",
+                 "mixed_precision=bf16", "estimator_params={}", "estimator=graphgpo"]
+    ov = _overrides(tmp_path, mode, [*ALFWORLD, f"action_mode={mode}", "estimator=grpo", "env_workers=2",
+                                     *(demo_opts if mode == "choose" else [])])
     cfg = load_config("demo", ov)
     trainer = Trainer(cfg)
     assert not set(trainer.val_task_ids) & set(trainer.train_task_ids)  # validation held out
     summary = trainer.train()
-    trajs = _check_run(Path(summary["run_dir"]), cfg)
+    trajs = _check_run(Path(summary["run_dir"]), cfg, all_rows=mode != "choose")
+    if mode == "choose":
+        assert trainer.rollout_model is not None and next(trainer.rollout_model.parameters()).dtype == torch.bfloat16
+        # the rollout copy holds the trained weights (rounded to bf16) after the update
+        for a, b in zip(trainer.rollout_model.parameters(), trainer.unwrapped.parameters()):
+            assert torch.equal(a, b.detach().to(torch.bfloat16))
+        train = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train"][0]
+        assert train["opt/rows"] <= 5
+        # shaping: a step's penalty is 0.05 × (rubric channels that rose − fell); choose mode is always valid
+        for t in trajs:
+            for s in t.steps:
+                assert s.penalty == pytest.approx(round(s.penalty / 0.05) * 0.05, abs=1e-9)
+        assert "rubric/target_acquired" in [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "eval"][-1]
     for t in trajs:
         assert 1 <= len(t.steps) <= 3
         assert t.task_id in trainer.train_task_ids

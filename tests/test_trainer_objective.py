@@ -165,3 +165,25 @@ def test_plan_batches_colocates_pairs_and_covers_every_row_once():
 
 def test_pairs_in_reindexes_to_micro_batch_positions():
     assert pairs_in([7, 3, 9], [(3, 9, 0.5), (7, 1, 1.0)]) == [(1, 2, 0.5)]
+
+
+def test_subsample_rows_keeps_pairs_together_and_is_deterministic():
+    from trainers.batching import TrainRow, subsample_rows
+
+    rows = [TrainRow([1], [2], float(k + 1), 0, 0, k) for k in range(10)]
+    pairs = [(0, 1, 1.0), (1, 2, 0.5), (7, 9, 2.0)]  # units {0,1,2}, {7,9} and five singletons
+    for seed in range(20):
+        kept, kp = subsample_rows(rows, pairs, 4, np.random.default_rng(seed))
+        idx = [r.step for r in kept]
+        assert idx == sorted(idx) and len(kept) <= 4
+        for unit in ({0, 1, 2}, {7, 9}):
+            assert unit <= set(idx) or not unit & set(idx)  # a unit is all in or all out
+        # re-indexed pairs point at the same rows as before
+        assert sorted((kept[a].step, kept[b].step, c) for a, b, c in kp) == sorted(
+            p for p in pairs if p[0] in idx and p[1] in idx)
+        again, _ = subsample_rows(rows, pairs, 4, np.random.default_rng(seed))
+        assert [r.step for r in again] == idx
+    assert subsample_rows(rows, pairs, 0, np.random.default_rng(0)) == (rows, pairs)  # 0 = all
+    assert subsample_rows(rows, pairs, 10, np.random.default_rng(0)) == (rows, pairs)
+    big, _ = subsample_rows(rows, [(0, k, 1.0) for k in range(1, 10)], 2, np.random.default_rng(0))
+    assert len(big) == 10  # one unit larger than the budget is still taken whole

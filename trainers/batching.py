@@ -21,7 +21,7 @@ import numpy as np
 
 from trainers.rollouts import RolloutResult
 
-__all__ = ["TrainRow", "build_rows", "plan_batches", "pairs_in"]
+__all__ = ["TrainRow", "build_rows", "plan_batches", "pairs_in", "subsample_rows"]
 
 
 @dataclass
@@ -143,3 +143,39 @@ def pairs_in(micro: Sequence[int], pairs: Sequence[tuple[int, int, float]]) -> l
     """The pairs whose two rows are both in ``micro``, re-indexed to positions in ``micro``."""
     pos = {r: k for k, r in enumerate(micro)}
     return [(pos[a], pos[b], c) for a, b, c in pairs if a in pos and b in pos]
+
+
+def subsample_rows(
+    rows: Sequence[TrainRow],
+    pairs: Sequence[tuple[int, int, float]],
+    max_rows: int,
+    rng: np.random.Generator,
+) -> tuple[list[TrainRow], list[tuple[int, int, float]]]:
+    """A uniformly random subset of at most ``max_rows`` rows (pair-joined rows stay together).
+
+    Units (rows joined by pairs, see :func:`plan_batches`) are shuffled and taken while they
+    fit; the first unit is always taken.  Training on the subset is an unbiased estimate of
+    the mean loss over all rows when units are single rows — a CPU speed option.  Rows keep
+    their order; pairs are re-indexed.
+
+    Example:
+        >>> rows = [TrainRow([1], [2], float(a), 0, 0, t) for t, a in enumerate([1, -1, 2, 0.5])]
+        >>> kept, kept_pairs = subsample_rows(rows, [(0, 1, 1.0)], 3, np.random.default_rng(0))
+        >>> len(kept) <= 3 and (len(kept_pairs) == 1) == (rows[0] in kept)
+        True
+    """
+    if max_rows <= 0 or len(rows) <= max_rows:
+        return list(rows), list(pairs)
+    units = _units(len(rows), pairs)
+    keep: list[int] = []
+    for k in rng.permutation(len(units)):
+        u = units[int(k)]
+        if keep and len(keep) + len(u) > max_rows:
+            continue
+        keep.extend(u)
+        if len(keep) >= max_rows:
+            break
+    keep.sort()
+    new = {old: i for i, old in enumerate(keep)}
+    kept_pairs = [(new[a], new[b], c) for a, b, c in pairs if a in new and b in new]
+    return [rows[i] for i in keep], kept_pairs

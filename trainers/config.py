@@ -71,6 +71,7 @@ class TrainConfig:
     # --- model ---------------------------------------------------------------------------
     model: str = _f("smollm2", "Policy: 'tiny-llama', 'tiny-qwen2' (random, for tests), 'smollm2' (packaged SmolLM2-135M-Instruct), a local folder or a hub id.")
     dtype: str = _f("auto", "Parameter dtype; 'auto' = bfloat16 on a bf16-capable GPU, float32 otherwise.", ("auto", "float32", "bfloat16", "float16"))
+    rollout_dtype: str = _f("auto", "Weights the rollout policy runs on: 'float32' (the training model itself), 'bfloat16' (a bf16 copy refreshed after every update: faster on CPU, probabilities within a few percent), 'auto' = bfloat16 on CPU when mixed_precision is bf16, else float32.", ("auto", "float32", "bfloat16"))
     mixed_precision: str = _f("auto", "Accelerate mixed precision; 'auto' = bf16 on a bf16-capable GPU or a CPU with AMX bf16, else none.", ("auto", "no", "bf16", "fp16"))
     lora: bool = _f(False, "Train peft LoRA adapters instead of all weights (the reference policy is then the base model with adapters disabled).")
     lora_r: int = _f(16, "LoRA rank r of the adapter matrices.")
@@ -117,6 +118,7 @@ class TrainConfig:
     mini_batches: int = _f(1, "Optimizer steps per epoch (the rows are split into this many mini-batches).")
     micro_batch_rows: int = _f(8, "Rows per forward/backward (gradient accumulation fills a mini-batch); must be ≥ 2 when pairs are used.")
     skip_zero_advantage_rows: bool = _f(False, "Leave out rows whose advantage is exactly 0 and that are in no pair (their policy-gradient term is 0; only their KL/entropy terms are lost). A CPU speed option.")
+    max_train_rows: int = _f(0, "Train on a uniformly random subset of at most this many rows per update and process (pair-joined rows stay together; 0 = all rows). A CPU speed option.")
     logprob_batch_rows: int = _f(16, "Rows per no-grad forward when computing old/reference log-probs.")
 
     # --- schedule, evaluation, output ------------------------------------------------------------
@@ -147,7 +149,7 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an integer ≥ 1; got {getattr(self, name)!r}")
-        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads"):
+        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads", "max_train_rows"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be an integer ≥ 0; got {getattr(self, name)!r}")
         for name in ("temperature", "val_temperature", "learning_rate"):

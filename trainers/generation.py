@@ -168,7 +168,8 @@ def score_candidates(
     on its own, for about the cost of one forward over the prompt.  Identical
     ``(prompt, candidates)`` items (siblings in the same state) are scored once, and several
     prompts share a forward (at most ``max_rows`` rows and ``max_tokens`` padded tokens).
-    The logits of the tree nodes are computed in float32 even under bf16 autocast.
+    The logits of the tree nodes are computed in the weights' dtype (float32 for a float32
+    model, even under bf16 autocast).
 
     Args:
         model: Causal LM (a transformers model, optionally peft-wrapped).
@@ -215,7 +216,10 @@ def score_candidates(
                 items.append(_Tree(list(p), [list(c) for c in cands]))
             owner.append(unique[key])
         scores: list[torch.Tensor | None] = [None] * len(items)
-        order = sorted(range(len(items)), key=lambda k: -items[k].width)
+        for k, t in enumerate(items):
+            if not t.tokens:  # no candidates, or only empty ones: nothing to run
+                scores[k] = torch.zeros(len(t.paths), dtype=torch.float32)
+        order = sorted((k for k in range(len(items)) if scores[k] is None), key=lambda k: -items[k].width)
         chunk: list[int] = []
         p_max = n_max = 0
         for k in order:
@@ -318,19 +322,16 @@ def _score_trees(model: Any, trees: Sequence[_Tree], pad_id: int, device: Any, *
     if parts is not None:
         body, head = parts
         hidden = body(input_ids=ids, attention_mask=mask4, position_ids=pos, use_cache=False).last_hidden_state
-        h = hidden[torch.tensor(sel_r, device=device), torch.tensor(sel_c, device=device)]
+        h = hidden[torch.tensor(sel_r, dtype=torch.long, device=device), torch.tensor(sel_c, dtype=torch.long, device=device)]
         with torch.autocast(device_type=torch.device(device).type, enabled=False):
             logits = torch.nn.functional.linear(h.to(head.weight.dtype), head.weight, head.bias).float()
     else:
         keep = n_max + 1
         full = model(input_ids=ids, attention_mask=mask4, position_ids=pos, use_cache=False, logits_to_keep=keep).logits
-        cols = torch.tensor(sel_c, device=device) - (width - keep)
-        logits = full[torch.tensor(sel_r, device=device), cols].float()
+        cols = torch.tensor(sel_c, dtype=torch.long, device=device) - (width - keep)
+        logits = full[torch.tensor(sel_r, dtype=torch.long, device=device), cols].float()
     logz = torch.logsumexp(logits, dim=-1)
     for r, t in enumerate(trees):
-        if not t.tokens:
-            scores[slots[r]] = torch.zeros(len(t.paths), dtype=torch.float32)
-            continue
         rows = torch.tensor([where[r][par] for par in t.parent], device=device)
         toks = torch.tensor(t.tokens, device=device)
         node_lp = (logits[rows, toks] - logz[rows]).double().cpu()

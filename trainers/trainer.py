@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from agent_envs.trajectory import save_jsonl
-from trainers.batching import TrainRow, build_rows, pairs_in, plan_batches
+from trainers.batching import TrainRow, build_rows, pairs_in, plan_batches, subsample_rows
 from trainers.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from trainers.config import ConfigError, TrainConfig
 from trainers.env_workers import EnvPool
@@ -198,7 +198,12 @@ class Trainer:
                                        num_training_steps=total_steps)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)
-        self.backend = make_backend(cfg.backend, acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
+        self.rollout_model = None
+        bf16_rollouts = cfg.rollout_dtype == "bfloat16" or (
+            cfg.rollout_dtype == "auto" and acc.device.type == "cpu" and _mixed_precision(cfg) == "bf16")
+        if bf16_rollouts and cfg.backend == "transformers":
+            self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
+        self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
                                     model_path=None if cfg.backend == "transformers" else cfg.model, seed=cfg.seed)
         from wrappers.credit import get_estimator  # noqa: PLC0415
 
@@ -218,6 +223,7 @@ class Trainer:
                 self.start_update = int(state["update"])
                 self.eval_history = list(state.get("eval_history", []))
                 self.resumed_from = str(ckpt)
+                self._sync_rollout_model(everything=True)
                 log.info("resumed from %s (update %d)", ckpt, self.start_update)
 
     # ------------------------------------------------------------------ helpers
@@ -250,9 +256,20 @@ class Trainer:
         idx = rng.choice(n, size=cfg.groups_per_update, replace=cfg.groups_per_update > n)
         return [TaskRef(self.train_task_ids[int(k)], cfg.train_split, self._seed_for(1, update, g)) for g, k in enumerate(idx)]
 
+    def _sync_rollout_model(self, everything: bool = False) -> None:
+        """Copy the trained weights into the bf16 rollout copy (trainable ones, or all)."""
+        if self.rollout_model is None:
+            return
+        with torch.no_grad():
+            for dst, src in zip(self.rollout_model.parameters(), self.unwrapped.parameters()):
+                if everything or src.requires_grad:
+                    dst.copy_(src)
+
     def _rollout(self, tasks: list[TaskRef], group_size: int, temperature: float, seed: int):
         torch.manual_seed(seed)
         settings = RolloutSettings.from_config(self.cfg, temperature=temperature)
+        if self.rollout_model is not None:
+            return collect_rollouts(self.rollout_model, self.tokenizer, self.backend, self.pool, tasks, group_size, settings)
         with self.accelerator.autocast():
             return collect_rollouts(self.unwrapped, self.tokenizer, self.backend, self.pool, tasks, group_size, settings)
 
@@ -364,6 +381,9 @@ class Trainer:
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
+        self._sync_rollout_model()
+        if cfg.backend != "transformers":  # an external generator (vLLM) gets the new weights
+            self.backend.sync_weights(self.unwrapped)
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
         out["pairs"] = float(len(pairs))
         out["pairs_colocated"] = float(colocated / max(1, cfg.ppo_epochs))
@@ -382,6 +402,8 @@ class Trainer:
         credits = self.estimator(result.groups)
         t_credit = time.perf_counter() - t0
         rows, pairs = build_rows(result, credits, drop_zero_advantage=cfg.skip_zero_advantage_rows)
+        if cfg.max_train_rows:
+            rows, pairs = subsample_rows(rows, pairs, cfg.max_train_rows, np.random.default_rng([cfg.seed, 13, update, self.rank]))
         total_steps = sum(len(t.steps) for g in result.groups for t in g)
         if cfg.save_rollouts:
             suffix = "" if self.world == 1 else f".rank{self.rank}"
