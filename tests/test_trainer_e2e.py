@@ -184,7 +184,7 @@ def test_one_update_on_generated_alfworld(tmp_path, mode):
     # choose mode also runs the demo's CPU options: rubric shaping, compact prompts with a
     # system message, at most 5 sampled training rows, a bf16 rollout copy
     demo_opts = ["rubric_shaping=0.05", "compact_prompt=true", "system_prompt=Be brief.", "max_train_rows=5",
-                 "mixed_precision=bf16", "estimator_params={}", "estimator=graphgpo"]
+                 "rollout_dtype=bfloat16", "estimator_params={}", "estimator=graphgpo"]
     ov = _overrides(tmp_path, mode, [*ALFWORLD, f"action_mode={mode}", "estimator=grpo", "env_workers=2",
                                      *(demo_opts if mode == "choose" else [])])
     cfg = load_config("demo", ov)
