@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from trainers.config import ConfigError, TrainConfig, apply_overrides, available_presets, config_help, load_config
+from trainers.config import (
+    ConfigError,
+    TrainConfig,
+    apply_overrides,
+    available_presets,
+    config_help,
+    load_config,
+)
 
 
 def test_every_field_has_help_text():

@@ -18,11 +18,11 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from agent_envs.trajectory import load_jsonl  # noqa: E402
-from trainers.checkpoint import MARKER, latest_checkpoint  # noqa: E402
-from trainers.config import load_config  # noqa: E402
-from trainers.metrics import read_metrics  # noqa: E402
-from trainers.trainer import Trainer  # noqa: E402
+from agent_envs.trajectory import load_jsonl
+from trainers.checkpoint import MARKER, latest_checkpoint
+from trainers.config import load_config
+from trainers.metrics import read_metrics
+from trainers.trainer import Trainer
 
 WEBSHOP = [
     "env_id=WebShop-Rubric-v0",

@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from trainers.batching import pairs_in, plan_batches  # noqa: E402
-from trainers.objective import (  # noqa: E402
+from trainers.batching import pairs_in, plan_batches
+from trainers.objective import (
     masked_mean,
     pack_rows,
     pair_loss,
@@ -97,7 +97,7 @@ def test_response_deltas_and_pair_loss_by_hand():
     assert d.tolist() == pytest.approx([0.2, -0.2, 0.0])
     # L_pair = Σ c·softplus(−(d+ − d−)) / max(1, ⌊|B|/2⌋) [Eq. 6] with |B| = 5 → divide by 2
     pairs = [(0, 1, 0.5), (2, 0, 0.25)]
-    sp = lambda x: math.log1p(math.exp(x))  # noqa: E731
+    sp = lambda x: math.log1p(math.exp(x))
     expected = (0.5 * sp(-(0.2 - (-0.2))) + 0.25 * sp(-(0.0 - 0.2))) / 2
     assert float(pair_loss(d, pairs, batch_rows=5)) == pytest.approx(expected, abs=1e-7)
     assert float(pair_loss(d, [], batch_rows=5)) == 0.0

@@ -7,12 +7,12 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from trainers.env_workers import EnvPool, EnvWorkerError  # noqa: E402
-from trainers.generation import TransformersBackend, score_candidates  # noqa: E402
-from trainers.models import load_policy  # noqa: E402
-from trainers.objective import pack_rows, sequence_logprobs  # noqa: E402
-from trainers.prompts import build_prompt, parse_action  # noqa: E402
-from trainers.rollouts import fill_slots  # noqa: E402
+from trainers.env_workers import EnvPool, EnvWorkerError
+from trainers.generation import TransformersBackend, score_candidates
+from trainers.models import load_policy
+from trainers.objective import pack_rows, sequence_logprobs
+from trainers.prompts import build_prompt, parse_action
+from trainers.rollouts import fill_slots
 
 
 def test_prompt_has_task_observation_actions_and_two_recent_pairs():
@@ -180,8 +180,8 @@ def test_env_pool_rubric_shaping_adds_to_the_penalty():
         pool.reset([(0, 1, None)])
         # step 1: held False -> True (+1 channel; the diagnostic invalid_actions is ignored)
         # penalty = -0.1 + 0.5 * 1 = 0.4; step 2: held True -> False: -0.1 - 0.5 = -0.6
-        (_, r1, _, _, i1), = pool.step([(0, "a")])
-        (_, r2, _, _, i2), = pool.step([(0, "b")])
+        (*_, i1), = pool.step([(0, "a")])
+        (*_, i2), = pool.step([(0, "b")])
     assert i1["penalty"] == pytest.approx(0.4) and i2["penalty"] == pytest.approx(-0.6)
     assert (i1["shaping"], i2["shaping"]) == (0.5, -0.5)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from trainers.rollouts import RolloutResult
 
-__all__ = ["TrainRow", "build_rows", "plan_batches", "pairs_in", "subsample_rows"]
+__all__ = ["TrainRow", "build_rows", "pairs_in", "plan_batches", "subsample_rows"]
 
 
 @dataclass

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MARKER", "checkpoint_name", "latest_checkpoint", "save_checkpoint", "load_checkpoint", "prune_checkpoints"]
+__all__ = ["MARKER", "checkpoint_name", "latest_checkpoint", "load_checkpoint", "prune_checkpoints", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 

@@ -20,20 +20,19 @@ import dataclasses
 import json
 import os
 import sys
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "TrainConfig",
-    "ConfigError",
     "PRESETS_DIR",
-    "available_presets",
-    "load_config",
+    "ConfigError",
+    "TrainConfig",
     "apply_overrides",
+    "available_presets",
     "config_help",
+    "load_config",
 ]
 
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
@@ -174,7 +173,7 @@ class TrainConfig:
         return self
 
     def _validate_estimator(self) -> None:
-        from wrappers.credit import available_estimators, get_estimator  # noqa: PLC0415  (numpy only)
+        from wrappers.credit import available_estimators, get_estimator
 
         names = available_estimators()
         if self.estimator not in names:
@@ -195,7 +194,7 @@ class TrainConfig:
         if path.suffix == ".json":
             path.write_text(json.dumps(data, indent=2) + "\n")
         else:
-            import yaml  # noqa: PLC0415
+            import yaml
 
             path.write_text(yaml.safe_dump(data, sort_keys=False))
 
@@ -251,12 +250,12 @@ def _read_file(path: Path) -> dict[str, Any]:
     try:
         if path.suffix == ".toml":
             if sys.version_info >= (3, 11):
-                import tomllib  # noqa: PLC0415
+                import tomllib
             else:  # pragma: no cover
-                import tomli as tomllib  # noqa: PLC0415
+                import tomli as tomllib
             data = tomllib.loads(path.read_text())
         elif path.suffix in (".yaml", ".yml", ".json"):
-            import yaml  # noqa: PLC0415
+            import yaml
 
             data = yaml.safe_load(path.read_text()) or {}
         else:
@@ -285,7 +284,7 @@ def _from_mapping(data: dict[str, Any], base: TrainConfig | None = None, source:
 def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
     """Apply ``field=value`` strings (values parsed as YAML: ``3``, ``1e-5``, ``true``,
     ``{gamma: 0.1}``, ``[a, b]``); ``env_kwargs.max_steps=8`` sets one key of a dict field."""
-    import yaml  # noqa: PLC0415
+    import yaml
 
     for item in overrides:
         if "=" not in item:

@@ -30,15 +30,15 @@ class EnvWorkerError(RuntimeError):
 
 
 def _make(env_id: str, env_kwargs: dict[str, Any], shaping: float = 0.0) -> Any:
-    import gymnasium as gym  # noqa: PLC0415
+    import gymnasium as gym
 
     try:
-        import agent_envs  # noqa: F401, PLC0415  (registers the rubricgym ids)
+        import agent_envs  # noqa: F401  (registers the rubricgym ids)
     except ImportError:  # pragma: no cover
         pass
     env = gym.make(env_id, **env_kwargs)
     if shaping:
-        from wrappers.shaping import RubricShaping  # noqa: PLC0415
+        from wrappers.shaping import RubricShaping
 
         env = RubricShaping(env, coef=shaping)
     return env
@@ -184,7 +184,7 @@ class EnvPool:
     def __enter__(self) -> EnvPool:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover

@@ -112,7 +112,7 @@ class VLLMBackend:
 
     def __init__(self, model_path: str, *, gpu_memory_utilization: float = 0.3, max_model_len: int = 8192, seed: int = 0) -> None:
         try:
-            from vllm import LLM  # noqa: PLC0415
+            from vllm import LLM
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise ImportError("backend='vllm' needs the vllm package (GPU machines): pip install vllm") from exc
         self.llm = LLM(model=str(model_path), gpu_memory_utilization=gpu_memory_utilization,
@@ -127,8 +127,8 @@ class VLLMBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], *, temperature: float, top_p: float, max_new_tokens: int) -> list[list[int]]:  # pragma: no cover
         """Sample with vLLM from token-id prompts."""
-        from vllm import SamplingParams  # noqa: PLC0415
-        from vllm.inputs import TokensPrompt  # noqa: PLC0415
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
 
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)

@@ -38,7 +38,7 @@ class MetricsLogger:
         self._tb = None
         if enabled and tensorboard:
             try:
-                from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415
+                from torch.utils.tensorboard import SummaryWriter
 
                 self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
             except ImportError:  # pragma: no cover - tensorboard not installed

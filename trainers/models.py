@@ -32,13 +32,13 @@ from typing import Any
 __all__ = [
     "CHATML_TEMPLATE",
     "TINY_MODELS",
-    "build_tiny_tokenizer",
+    "apply_lora",
     "build_tiny_model",
+    "build_tiny_tokenizer",
     "cache_dir",
     "find_smollm2_gguf",
-    "prepare_smollm2",
     "load_policy",
-    "apply_lora",
+    "prepare_smollm2",
     "resolve_dtype",
 ]
 
@@ -82,8 +82,8 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> Any:
 
     Deterministic: the same vocabulary every call.  pad = eos = ``<|im_end|>``.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -108,8 +108,8 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> Any:
 
 def build_tiny_model(kind: str = "tiny-llama", *, vocab_size: int, seed: int = 0, hidden: int = 64) -> Any:
     """A 2-layer randomly initialised causal LM (``tiny-llama`` or ``tiny-qwen2``)."""
-    import torch  # noqa: PLC0415
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config  # noqa: PLC0415
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     common = dict(
         vocab_size=vocab_size,
@@ -169,8 +169,8 @@ def prepare_smollm2(force: bool = False) -> Path:
     written under a temporary name and renamed when complete, so an interrupted conversion
     is never picked up.
     """
-    import torch  # noqa: PLC0415
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     target = cache_dir() / "models" / "smollm2-135m-instruct"
     if (target / "model.safetensors").is_file() and (target / ".complete").is_file() and not force:
@@ -208,7 +208,7 @@ def prepare_smollm2(force: bool = False) -> Path:
 def resolve_dtype(name: str) -> Any:
     """``"float32"``/``"bfloat16"``/``"float16"`` -> torch dtype; ``"auto"`` -> bf16 on a
     CUDA device that supports it, else float32."""
-    import torch  # noqa: PLC0415
+    import torch
 
     if name == "auto":
         if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
@@ -223,8 +223,7 @@ def load_policy(name: str, *, seed: int = 0, dtype: str = "float32", attn_implem
     The tokenizer always has a pad token (eos when the model has none) and the padding
     side is left (batched generation).
     """
-    import torch  # noqa: PLC0415
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch_dtype = resolve_dtype(dtype)
     if name in TINY_MODELS:
@@ -255,7 +254,7 @@ def load_policy(name: str, *, seed: int = 0, dtype: str = "float32", attn_implem
 def apply_lora(model: Any, *, r: int, alpha: int, dropout: float, target_modules: list[str] | str) -> Any:
     """Wrap ``model`` with peft LoRA adapters (the reference policy is then the same model
     with the adapters disabled, see :func:`trainers.objective.reference_logprobs`)."""
-    from peft import LoraConfig, get_peft_model  # noqa: PLC0415
+    from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules, task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)

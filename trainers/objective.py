@@ -38,13 +38,13 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "masked_mean",
-    "task_loss",
-    "response_deltas",
-    "pair_loss",
     "PackedBatch",
+    "masked_mean",
     "pack_rows",
+    "pair_loss",
+    "response_deltas",
     "sequence_logprobs",
+    "task_loss",
 ]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["build_prompt", "build_messages", "compact_observation", "parse_action", "format_action", "STYLES"]
+__all__ = ["STYLES", "build_messages", "build_prompt", "compact_observation", "format_action", "parse_action"]
 
 STYLES = ("think", "action_only")
 

@@ -16,7 +16,7 @@ from typing import Any
 from trainers.evaluation import l5, normalized_auc, paired_interval
 from trainers.metrics import read_metrics
 
-__all__ = ["RunInfo", "load_run", "write_run_report", "plot_runs", "compare_runs", "summary_text"]
+__all__ = ["RunInfo", "compare_runs", "load_run", "plot_runs", "summary_text", "write_run_report"]
 
 
 class RunInfo(dict):
@@ -31,7 +31,7 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunInfo:
     cfg: dict[str, Any] = {}
     cfg_path = run_dir / "config.yaml"
     if cfg_path.is_file():
-        import yaml  # noqa: PLC0415
+        import yaml
 
         cfg = yaml.safe_load(cfg_path.read_text()) or {}
     evals = sorted((r for r in records if r.get("phase") == "eval"), key=lambda r: r["update"])
@@ -51,10 +51,10 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunInfo:
 
 def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
     """Draw validation success, training success, loss and credit diagnostics to one PNG."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     panels = [

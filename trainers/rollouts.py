@@ -30,7 +30,7 @@ from trainers.env_workers import EnvPool
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
-__all__ = ["fill_slots", "TaskRef", "RowTokens", "RolloutResult", "RolloutSettings", "collect_rollouts", "NO_ACTION"]
+__all__ = ["NO_ACTION", "RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "collect_rollouts", "fill_slots"]
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ def collect_rollouts(
 
 def _final_rubric(info: dict[str, Any]) -> dict[str, float]:
     """The numeric, non-diagnostic rubric channels an episode ended with (progress metrics)."""
-    from rubrics.channels import diagnostic_channels  # noqa: PLC0415  (no torch, no engine)
+    from rubrics.channels import diagnostic_channels
 
     status = info.get("rubric") or {}
     skip = diagnostic_channels()

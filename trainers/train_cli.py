@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["register", "train", "report", "model_prepare"]
+__all__ = ["model_prepare", "register", "report", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,10 @@ def train(
     presets: bool = typer.Option(False, "--presets", help="List the packaged presets and exit."),
 ) -> None:
     """Train a policy (default: the 15-minute CPU demo on generated ALFWorld games)."""
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.console import Console
+    from rich.table import Table
 
-    from trainers.config import ConfigError, available_presets, config_help, load_config  # noqa: PLC0415
+    from trainers.config import ConfigError, available_presets, config_help, load_config
 
     console = Console()
     if help_config:
@@ -63,7 +63,7 @@ def train(
     except ConfigError as exc:
         console.print(f"[red]invalid configuration:[/red] {exc}")
         raise typer.Exit(2) from None
-    from trainers.trainer import Trainer  # noqa: PLC0415
+    from trainers.trainer import Trainer
 
     trainer = Trainer(cfg, run_dir, resume=resume is not None)
     summary = trainer.train()
@@ -79,10 +79,10 @@ def report(
     out: Path = typer.Option(None, "--out", help="PNG for the comparison plot (default: report.png in the first run folder, or curves.png for one run)."),
 ) -> None:
     """Draw learning curves and credit diagnostics; compare runs/seeds with paired intervals."""
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+    from rich.console import Console
+    from rich.table import Table
 
-    from trainers.report import compare_runs, load_run, plot_runs, summary_text, write_run_report  # noqa: PLC0415
+    from trainers.report import compare_runs, load_run, plot_runs, summary_text, write_run_report
 
     console = Console()
     try:
@@ -113,9 +113,9 @@ def report(
 
 def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if the cache exists.")) -> None:
     """Convert the packaged SmolLM2-135M-Instruct GGUF into a cached Hugging Face checkpoint."""
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
-    from trainers.models import prepare_smollm2  # noqa: PLC0415
+    from trainers.models import prepare_smollm2
 
     try:
         path = prepare_smollm2(force=force)

@@ -43,14 +43,26 @@ import torch
 
 from agent_envs.trajectory import save_jsonl
 from trainers.batching import TrainRow, build_rows, pairs_in, plan_batches, subsample_rows
-from trainers.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from trainers.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from trainers.config import ConfigError, TrainConfig
 from trainers.env_workers import EnvPool
 from trainers.evaluation import episode_metrics, l5, normalized_auc
 from trainers.generation import make_backend
 from trainers.metrics import MetricsLogger
 from trainers.models import apply_lora, load_policy
-from trainers.objective import PackedBatch, pack_rows, pair_loss, response_deltas, sequence_logprobs, task_loss
+from trainers.objective import (
+    PackedBatch,
+    pack_rows,
+    pair_loss,
+    response_deltas,
+    sequence_logprobs,
+    task_loss,
+)
 from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 
 __all__ = ["Trainer", "cpu_threads", "list_tasks", "weights_digest"]
@@ -73,9 +85,9 @@ def list_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[Any]
     Asks the unwrapped environment for ``task_ids(split)``, ``split_range(split)`` or
     ``num_tasks(split)`` (→ ``0..n-1``), in that order.
     """
-    import gymnasium as gym  # noqa: PLC0415
+    import gymnasium as gym
 
-    import agent_envs  # noqa: F401, PLC0415
+    import agent_envs  # noqa: F401
 
     env = gym.make(env_id, **env_kwargs)
     try:
@@ -143,8 +155,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None, *,
                  resume: bool = False, stop_after: int | None = None) -> None:
-        from accelerate import Accelerator  # noqa: PLC0415
-        from accelerate.utils import set_seed  # noqa: PLC0415
+        from accelerate import Accelerator
+        from accelerate.utils import set_seed
 
         cfg.validate()
         self.cfg = cfg
@@ -191,7 +203,7 @@ class Trainer:
         self.tokenizer = tok
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        from transformers import get_scheduler  # noqa: PLC0415
+        from transformers import get_scheduler
 
         total_steps = cfg.updates * cfg.ppo_epochs * cfg.mini_batches
         self.scheduler = get_scheduler(cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_updates,
@@ -205,7 +217,7 @@ class Trainer:
             self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
         self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
                                     model_path=None if cfg.backend == "transformers" else cfg.model, seed=cfg.seed)
-        from wrappers.credit import get_estimator  # noqa: PLC0415
+        from wrappers.credit import get_estimator
 
         self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
         self.groups_here = len(range(self.rank, cfg.groups_per_update, self.world))
@@ -522,7 +534,7 @@ class Trainer:
         if acc.is_main_process:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
             try:
-                from trainers.report import write_run_report  # noqa: PLC0415
+                from trainers.report import write_run_report
 
                 write_run_report(self.run_dir)
             except Exception as exc:  # noqa: BLE001  (a plotting failure must not lose the run)
@@ -547,13 +559,13 @@ def _numeric_stats(credits: list[Any]) -> dict[str, float]:
 def _gather(acc: Any, obj: Any) -> list[Any]:
     if acc.num_processes == 1:
         return [obj]
-    from accelerate.utils import gather_object  # noqa: PLC0415
+    from accelerate.utils import gather_object
 
     return gather_object([obj])
 
 
 def _broadcast(acc: Any, value: str) -> str:
-    from accelerate.utils import broadcast_object_list  # noqa: PLC0415
+    from accelerate.utils import broadcast_object_list
 
     box = [value]
     broadcast_object_list(box, from_process=0)
@@ -572,7 +584,14 @@ class _Progress:
     def __init__(self, *, enabled: bool, total: int, start: int) -> None:
         self.bar = None
         if enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                 TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False)
