@@ -47,11 +47,11 @@ from urllib.parse import urlsplit
 from agent_envs.webshop.goals import Goal
 from agent_envs.webshop.render import Node, to_text, to_text_rich
 from agent_envs.webshop.session import (
-    MAX_KEYWORDS_CHARS,
     ActionOutcome,
     PageSnapshot,
     ShopSession,
     parse_action,
+    reject_action,
 )
 
 if TYPE_CHECKING:
@@ -122,26 +122,8 @@ def _check_url(server_url: str) -> str:
 def precheck_action(action: str, snap: PageSnapshot) -> ActionOutcome | None:
     """The outcome of ``action`` on page ``snap`` when it is inadmissible (what
     :meth:`ShopSession.act` answers, page unchanged), else None."""
-    if snap.done:
-        return ActionOutcome(False, True, None, "the episode is over (already purchased)")
-    parsed = parse_action(action)
-    if parsed is None:
-        return ActionOutcome(False, feedback="not an action: use search[keywords] or click[element]")
-    name, arg = parsed
-    if name == "search":
-        if not snap.has_search_bar:
-            return ActionOutcome(False, feedback="there is no search bar on this page; click[back to search] first")
-        kw = " ".join(arg.lower().split())
-        if not kw:
-            return ActionOutcome(False, feedback="search[...] needs keywords")
-        if len(kw) > MAX_KEYWORDS_CHARS:
-            return ActionOutcome(False, feedback=f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
-        return None
-    key = arg.strip().lower()
-    kind = snap.clickable_kinds.get(key)
-    if kind is None or kind == "search":
-        return ActionOutcome(False, feedback=f"{key[:80]!r} is not a clickable element of this page")
-    return None
+    return reject_action(action, done=snap.done, has_search_bar=snap.has_search_bar,
+                         clickable_kind=snap.clickable_kinds.get)
 
 
 # --------------------------------------------------------------------------- HTTP

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,18 +43,22 @@ from agent_envs.webshop.render import Node, to_text, to_text_rich
 from agent_envs.webshop.scorer import NounTagger, ScoreBreakdown, score_purchase
 
 __all__ = [
-    "ShopSession",
-    "ShopState",
+    "NAV_BUTTONS",
+    "PAGE_TYPES",
+    "RESULTS_PER_PAGE",
+    "SEARCH_ACTION",
+    "SUB_PAGES",
+    "TOP_K",
     "ActionOutcome",
     "PageSnapshot",
     "RouteError",
+    "ShopSession",
+    "ShopState",
+    "normalize_keywords",
     "parse_action",
-    "PAGE_TYPES",
-    "SUB_PAGES",
-    "RESULTS_PER_PAGE",
-    "TOP_K",
-    "SEARCH_ACTION",
-    "NAV_BUTTONS",
+    "reject_action",
+    "reject_click",
+    "reject_search",
 ]
 
 PAGE_TYPES = ("start", "results", "item", "item_sub", "done")
@@ -166,6 +170,50 @@ class PageSnapshot:
     def from_dict(cls, data: Mapping[str, Any]) -> PageSnapshot:
         """Inverse of :meth:`to_dict`."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+
+def normalize_keywords(keywords: str) -> str:
+    """Search keywords as the engine uses them: lower-cased, whitespace collapsed."""
+    return " ".join(keywords.lower().split())
+
+
+def reject_search(keywords: str, has_search_bar: bool) -> ActionOutcome | None:
+    """Why ``search[keywords]`` is inadmissible on a page, or None when it is admissible."""
+    if not has_search_bar:
+        return ActionOutcome(False, feedback="there is no search bar on this page; click[back to search] first")
+    kw = normalize_keywords(keywords)
+    if not kw:
+        return ActionOutcome(False, feedback="search[...] needs keywords")
+    if len(kw) > MAX_KEYWORDS_CHARS:
+        return ActionOutcome(False, feedback=f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
+    return None
+
+
+def reject_click(name: str, kind: str | None) -> ActionOutcome | None:
+    """Why ``click[name]`` is inadmissible given the clickable's kind (None: not on the page)."""
+    if kind is None or kind == "search":
+        return ActionOutcome(False, feedback=f"{name[:80]!r} is not a clickable element of this page")
+    return None
+
+
+def reject_action(
+    action: str, *, done: bool, has_search_bar: bool, clickable_kind: Callable[[str], str | None]
+) -> ActionOutcome | None:
+    """The outcome of an inadmissible text action (the page stays as it is), else None.
+
+    The one set of rules for every front-end: :meth:`ShopSession.act` and the remote
+    backends' pre-check (:func:`agent_envs.webshop.remote.precheck_action`).
+    """
+    if done:
+        return ActionOutcome(False, True, None, "the episode is over (already purchased)")
+    parsed = parse_action(action)
+    if parsed is None:
+        return ActionOutcome(False, feedback="not an action: use search[keywords] or click[element]")
+    name, arg = parsed
+    if name == "search":
+        return reject_search(arg, has_search_bar)
+    key = arg.strip().lower()
+    return reject_click(key, clickable_kind(key))
 
 
 class ShopSession:
@@ -356,25 +404,21 @@ class ShopSession:
         """Apply a text action; an inadmissible one changes nothing (``valid=False``)."""
         if not isinstance(action, str):
             raise TypeError(f"an action must be a str, got {type(action).__name__}")
-        if self.state.done:
-            return ActionOutcome(False, True, None, "the episode is over (already purchased)")
-        parsed = parse_action(action)
-        if parsed is None:
-            return ActionOutcome(False, feedback="not an action: use search[keywords] or click[element]")
-        name, arg = parsed
+        rejected = reject_action(action, done=self.state.done, has_search_bar=self.has_search_bar,
+                                 clickable_kind=lambda key: self.clickables().get(key, (None,))[0])
+        if rejected is not None:
+            return rejected
+        name, arg = parse_action(action)  # type: ignore[misc]  (checked above)
         if name == "search":
             return self.search(arg)
         return self.click(arg)
 
     def search(self, keywords: str) -> ActionOutcome:
         """Search from a page with a search bar (keywords are lower-cased)."""
-        if not self.has_search_bar:
-            return ActionOutcome(False, feedback="there is no search bar on this page; click[back to search] first")
-        kw = " ".join(keywords.lower().split())
-        if not kw:
-            return ActionOutcome(False, feedback="search[...] needs keywords")
-        if len(kw) > MAX_KEYWORDS_CHARS:
-            return ActionOutcome(False, feedback=f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
+        rejected = reject_search(keywords, self.has_search_bar)
+        if rejected is not None:
+            return rejected
+        kw = normalize_keywords(keywords)
         self._set_results(kw, 1)
         return ActionOutcome(True, kind="search")
 
@@ -382,9 +426,10 @@ class ShopSession:
         """Click a lower-case clickable of the current page."""
         name = name.strip().lower()
         target = self.clickables().get(name)
-        if target is None or target[0] == "search":
-            return ActionOutcome(False, feedback=f"{name[:80]!r} is not a clickable element of this page")
-        kind, arg = target
+        rejected = reject_click(name, target[0] if target else None)
+        if rejected is not None:
+            return rejected
+        kind, arg = target  # type: ignore[misc]
         st = self.state
         if kind == "nav":
             if name == "back to search":
