@@ -16,7 +16,7 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
     os.environ.setdefault(_var, "1" if _var != "TOKENIZERS_PARALLELISM" else "false")
 
-import pytest  # noqa: E402
+import pytest
 
 STRICT_SKIPS = os.environ.get("RUBRICGYM_STRICT_SKIPS", "") not in ("", "0", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,3 +49,42 @@ def alfworld_data() -> Path:
             "../shared/data/alfworld/json_2.1.1.tar.xz` offline)"
         )
     return root
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The project's ``../shared/data`` (development and CI data; never committed here)."""
+    return SHARED_DATA
+
+
+# --- WebShop servers on 127.0.0.1 (shared by the server and browser tests) ---------------
+@pytest.fixture(scope="module")
+def mini_dir(tmp_path_factory) -> str:
+    """The hand-checked five-product catalogue, written to a temporary folder."""
+    from agent_envs.webshop.testing import write_mini_catalogue
+
+    return str(write_mini_catalogue(tmp_path_factory.mktemp("mini")))
+
+
+def _background_server(spec):
+    from agent_envs.webshop.server import BackgroundServer, create_app
+
+    return BackgroundServer(create_app(spec, tagger="lexicon"))
+
+
+@pytest.fixture(scope="module")
+def mini_server(mini_dir):
+    """A loopback WebShop server over the mini catalogue (word-list tagger)."""
+    from agent_envs.webshop.catalogue import CatalogueSpec
+
+    with _background_server(CatalogueSpec(source=mini_dir, verify=False)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def gen_server():
+    """A loopback WebShop server over the generated 1000-product catalogue."""
+    from agent_envs.webshop.catalogue import CatalogueSpec
+
+    with _background_server(CatalogueSpec(num_products=1000)) as srv:
+        yield srv

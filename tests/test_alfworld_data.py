@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from agent_envs.alfworld import data
-from tests.conftest import SHARED_DATA
 from trainers.cli import app
 
 runner = CliRunner()
@@ -100,8 +99,8 @@ def test_alfworld_tasks_lists_indices(alfworld_data):
 
 
 @pytest.mark.slow
-def test_install_the_full_offline_archive(tmp_path):
-    archive = SHARED_DATA / "alfworld" / "json_2.1.1.tar.xz"
+def test_install_the_full_offline_archive(tmp_path, shared_data):
+    archive = shared_data / "alfworld" / "json_2.1.1.tar.xz"
     if not archive.is_file():
         pytest.skip(f"offline archive {archive} not present")
     result = runner.invoke(app, ["data", "alfworld", "--from", str(archive), "--dest", str(tmp_path)])

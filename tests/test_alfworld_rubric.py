@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent_envs.alfworld.game import TaskSpec, parse_goal, task_sentence, GoalParseError
+from agent_envs.alfworld.game import GoalParseError, TaskSpec, parse_goal, task_sentence
 from agent_envs.alfworld.rubric import (
     CHANNELS,
     RubricTracker,

@@ -103,7 +103,7 @@ def test_blocking_edges() -> None:
             ],
         }
     )
-    names = lambda fs: sorted(fs)  # noqa: E731
+    names = lambda fs: sorted(fs)
     assert names(t.frontier(set(), set())) == ["search_issued"]  # blocking source never in F
     assert names(t.frontier({"search_issued"}, set())) == ["product_opened"]
     assert names(t.frontier({"search_issued", "purchased"}, set())) == []  # O blocked by B

@@ -15,12 +15,9 @@ import pytest
 import requests
 
 import agent_envs  # noqa: F401 - registers the environments
-from agent_envs.webshop.catalogue import CatalogueSpec
 from agent_envs.webshop.env import WebShopRubricEnv
 from agent_envs.webshop.oracle import oracle_action
 from agent_envs.webshop.remote import BrowserBackend, RemoteError, find_browser
-from agent_envs.webshop.server import BackgroundServer, create_app
-from agent_envs.webshop.testing import write_mini_catalogue
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -40,23 +37,6 @@ def chromium():
         return find_browser()
     except RemoteError as exc:
         pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="module")
-def mini_dir(tmp_path_factory):
-    return str(write_mini_catalogue(tmp_path_factory.mktemp("mini")))
-
-
-@pytest.fixture(scope="module")
-def mini_server(mini_dir):
-    with BackgroundServer(create_app(CatalogueSpec(source=mini_dir, verify=False), tagger="lexicon")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def gen_server():
-    with BackgroundServer(create_app(CatalogueSpec(num_products=1000), tagger="lexicon")) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import json
 import random
 from collections import Counter
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 from rapidfuzz import fuzz
@@ -26,8 +25,6 @@ from agent_envs.webshop.generator import generate_raw, write_raw
 from agent_envs.webshop.goals import human_goals, price_ceiling, shuffle_goals, split_bounds
 from agent_envs.webshop.testing import MINI_HUMAN, MINI_INS_V2, MINI_ITEMS, write_mini_catalogue
 from agent_envs.webshop.vocab import PRODUCT_TYPES
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 from trainers.cli import app
 
 
@@ -147,9 +144,9 @@ def test_catalogue_is_shared_per_process():
     assert get_catalogue(spec) is get_catalogue(CatalogueSpec(num_products=150, seed=1))
 
 
-def test_sha256_verification(tmp_path):
+def test_sha256_verification(tmp_path, shared_data):
     # the real attribute file in shared/data matches its published hash
-    real = SHARED_DATA / "webshop" / "items_ins_v2_1000.json"
+    real = shared_data / "webshop" / "items_ins_v2_1000.json"
     assert verify_files([real]) == {real.name: PUBLISHED_SHA256[real.name]}
     # a corrupt copy under an upstream name is rejected, naming the file
     bad = tmp_path / "items_shuffle_1000.json"

@@ -38,7 +38,7 @@ from agent_envs.webshop.server import (
     encode_segment,
 )
 from agent_envs.webshop.session import ShopSession
-from agent_envs.webshop.testing import MINI_GOAL_TEXT, write_mini_catalogue
+from agent_envs.webshop.testing import MINI_GOAL_TEXT
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL = MINI_GOAL_TEXT + ", and price lower than 990.00 dollars"
@@ -50,23 +50,6 @@ MINI_SCRIPT = ["click[x]", "search[running shoes]", "click[b000000002]", "click[
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def mini_dir(tmp_path_factory):
-    return str(write_mini_catalogue(tmp_path_factory.mktemp("mini")))
-
-
-@pytest.fixture(scope="module")
-def mini_server(mini_dir):
-    with BackgroundServer(create_app(CatalogueSpec(source=mini_dir, verify=False), tagger="lexicon")) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def gen_server():
-    with BackgroundServer(create_app(CatalogueSpec(num_products=1000), tagger="lexicon")) as srv:
-        yield srv
-
-
 @pytest.fixture()
 def http(mini_server):
     with requests.Session() as s:
