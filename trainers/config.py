@@ -120,6 +120,13 @@ class TrainConfig:
     max_train_rows: int = _f(0, "Train on a uniformly random subset of at most this many rows per update and process (pair-joined rows stay together; 0 = all rows). A CPU speed option.")
     logprob_batch_rows: int = _f(16, "Rows per no-grad forward when computing old/reference log-probs.")
 
+    # --- warm start (behaviour cloning before RL) ---------------------------------------------
+    warm_start_tasks: int = _f(0, "Behaviour-clone the stored walkthroughs of this many training tasks before the first update (ALFWorld games store one; 0 = off). Validation runs before it and, with eval_after_warm_start, after it.")
+    warm_start_epochs: int = _f(1, "Passes over the walkthrough rows.")
+    warm_start_lr: float = _f(1e-4, "AdamW learning rate of the warm start (its own optimizer, not checkpointed: a run killed during the warm start starts again).")
+    warm_start_batch_rows: int = _f(8, "Rows per warm-start optimizer step (split into micro_batch_rows forwards).")
+    eval_after_warm_start: bool = _f(True, "Validate after the warm start as well (logged as 'eval_warm_start', not part of the learning curve).")
+
     # --- schedule, evaluation, output ------------------------------------------------------------
     updates: int = _f(250, "Number of policy updates.")
     eval_every: int = _f(5, "Validate every N updates (and before the first and after the last).")
@@ -143,15 +150,15 @@ class TrainConfig:
             _check_type(f.name, value, _field_types()[f.name])
         positive = ("groups_per_update", "group_size", "max_steps", "max_prompt_tokens", "max_response_tokens",
                     "rollout_batch_size", "ppo_epochs", "mini_batches", "micro_batch_rows",
-                    "logprob_batch_rows", "updates", "eval_every", "save_every", "keep_checkpoints",
+                    "logprob_batch_rows", "warm_start_epochs", "warm_start_batch_rows", "updates", "eval_every", "save_every", "keep_checkpoints",
                     "lora_r", "lora_alpha")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an integer ≥ 1; got {getattr(self, name)!r}")
-        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads", "max_train_rows"):
+        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads", "max_train_rows", "warm_start_tasks"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be an integer ≥ 0; got {getattr(self, name)!r}")
-        for name in ("temperature", "val_temperature", "learning_rate"):
+        for name in ("temperature", "val_temperature", "learning_rate", "warm_start_lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0; got {getattr(self, name)!r}")
         if not 0 < self.top_p <= 1:

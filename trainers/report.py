@@ -103,6 +103,13 @@ def summary_text(run: RunInfo) -> str:
             lines.append("rubric progress, first → last validation (mean final channel value): "
                          + ", ".join(f"{k[7:]} {first[k]:.2f} → {last[k]:.2f}" for k in chans))
         lines.append(f"last evaluation: invalid-action rate {last.get('invalid_rate', 0):.3f}, mean steps {last.get('mean_steps', 0):.2f}, score {last.get('score', 0):.3f}")
+    warm = (run.get("summary") or {}).get("warm_start")
+    if warm:
+        line = (f"warm start (behaviour cloning, before update 1): {warm.get('rows', 0):.0f} rows from "
+                f"{warm.get('tasks', 0):.0f} walkthroughs, NLL {warm.get('nll_first', 0):.3f} → {warm.get('nll_last', 0):.3f}")
+        if "val_success" in warm:
+            line += f"; validation success after it: {warm['val_success']:.3f}"
+        lines.append(line)
     if run["train"]:
         t = run["train"]
         lines.append("training success by update: " + ", ".join(f"{r['update']}: {r.get('train/success', 0):.2f}" for r in t))

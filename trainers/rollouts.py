@@ -30,7 +30,8 @@ from trainers.env_workers import EnvPool
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
-__all__ = ["NO_ACTION", "RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "collect_rollouts", "fill_slots"]
+__all__ = ["NO_ACTION", "RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "collect_rollouts", "decision_prompt",
+           "fill_slots"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,18 @@ def _encode_prompt(tokenizer: Any, text: str, max_tokens: int, system: str = "")
     return ids
 
 
+def decision_prompt(tokenizer: Any, goal: str, observation: str, info: dict[str, Any],
+                    history: Sequence[tuple[str, str]], settings: RolloutSettings) -> list[int]:
+    """The prompt ids of one decision (SPEC §7): goal, the most recent ``history_length``
+    (observation, action) pairs, the observation and the admissible actions of ``info``,
+    in the model's chat template. Rollouts and the warm start build prompts only here."""
+    adm = list(info.get("admissible_actions") or [])
+    recent = list(history)[-settings.history_length:] if settings.history_length else []
+    text = build_prompt(goal, observation, adm, recent, style=settings.prompt_style, step=len(history),
+                        list_actions=settings.list_actions, compact=settings.compact_prompt)
+    return _encode_prompt(tokenizer, text, settings.max_prompt_tokens, settings.system_prompt)
+
+
 class _Episode:
     def __init__(self, g: int, i: int, ref: TaskRef, obs: str, info: dict[str, Any]) -> None:
         self.g, self.i, self.ref = g, i, ref
@@ -184,15 +197,7 @@ def collect_rollouts(
         live = [e for e in eps if not e.done]
         if not live:
             break
-        prompts = []
-        for e in live:
-            adm = list(e.info.get("admissible_actions") or [])
-            text = build_prompt(
-                e.goal, e.obs, adm, e.history[-settings.history_length:] if settings.history_length else [],
-                style=settings.prompt_style, step=len(e.steps), list_actions=settings.list_actions,
-                compact=settings.compact_prompt,
-            )
-            prompts.append(_encode_prompt(tokenizer, text, settings.max_prompt_tokens, settings.system_prompt))
+        prompts = [decision_prompt(tokenizer, e.goal, e.obs, e.info, e.history, settings) for e in live]
         tp = time.perf_counter()
         actions, responses, texts = _decide(model, tokenizer, backend, live, prompts, settings, eos)
         stats["policy_s"] += time.perf_counter() - tp

@@ -228,12 +228,16 @@ class Trainer:
         self.phase_seconds: dict[str, float] = {"eval": 0.0, "rollout": 0.0, "credit": 0.0, "optimize": 0.0, "checkpoint": 0.0}
         self.eval_history: list[dict[str, Any]] = []
         self.resumed_from: str | None = None
+        self.warm_start_stats: dict[str, float] | None = None
+        self.warm_start_eval: dict[str, float] | None = None
         if resume:
             ckpt = latest_checkpoint(self.run_dir / "checkpoints")
             if ckpt is not None:
                 state = load_checkpoint(acc, ckpt)
                 self.start_update = int(state["update"])
                 self.eval_history = list(state.get("eval_history", []))
+                self.warm_start_stats = state.get("warm_start")
+                self.warm_start_eval = state.get("warm_start_eval")
                 self.resumed_from = str(ckpt)
                 self._sync_rollout_model(everything=True)
                 log.info("resumed from %s (update %d)", ckpt, self.start_update)
@@ -478,6 +482,8 @@ class Trainer:
         try:
             if self.start_update == 0 and cfg.eval_at_start and not self.eval_history:
                 self._eval_and_log(0)
+            if self.start_update == 0 and cfg.warm_start_tasks:
+                self.warm_start()
             end = cfg.updates if self.stop_after is None else min(cfg.updates, self.start_update + self.stop_after)
             for u in range(self.start_update, end):
                 t0 = time.perf_counter()
@@ -499,6 +505,38 @@ class Trainer:
             self.metrics.close()
         return summary
 
+    def warm_start(self) -> dict[str, float]:
+        """Behaviour-clone the walkthroughs of ``warm_start_tasks`` training tasks (see
+        :mod:`trainers.warm_start`); then validate again when ``eval_after_warm_start``."""
+        from trainers.warm_start import behaviour_clone, expert_rows
+
+        cfg = self.cfg
+        n = min(cfg.warm_start_tasks, len(self.train_task_ids))
+        ids = [self.train_task_ids[(k * len(self.train_task_ids)) // n] for k in range(n)]
+        refs = [TaskRef(t, cfg.train_split, self._seed_for(5, k)) for k, t in enumerate(ids)]
+        t0 = time.perf_counter()
+        rows = expert_rows(self.pool, self.tokenizer, refs, RolloutSettings.from_config(cfg))
+        stats = behaviour_clone(self.model, self.accelerator, rows, pad_id=self.tokenizer.pad_token_id,
+                                lr=cfg.warm_start_lr, epochs=cfg.warm_start_epochs, batch_rows=cfg.warm_start_batch_rows,
+                                micro_rows=cfg.micro_batch_rows, seed=cfg.seed, rank=self.rank, world=self.world,
+                                max_grad_norm=cfg.max_grad_norm)
+        self._sync_rollout_model()
+        if cfg.backend != "transformers":
+            self.backend.sync_weights(self.unwrapped)
+        stats["tasks"] = float(n)
+        stats["seconds"] = time.perf_counter() - t0
+        self.phase_seconds["warm_start"] = stats["seconds"]
+        self.metrics.log(0, "warm_start", stats)
+        log.info("warm start: %d rows from %d walkthroughs, NLL %.3f -> %.3f (%.0f s)", stats["rows"], n,
+                 stats["nll_first"], stats["nll_last"], stats["seconds"])
+        if cfg.eval_after_warm_start and self.val_task_ids:
+            res = self.evaluate(0)
+            stats["val_success"] = res.get("success", 0.0)
+            self.metrics.log(0, "eval_warm_start", res)
+            self.warm_start_eval = res
+        self.warm_start_stats = stats
+        return stats
+
     def _eval_and_log(self, update: int) -> None:
         res = self.evaluate(update)
         self.eval_history.append({"update": update, **res})
@@ -506,7 +544,8 @@ class Trainer:
 
     def _checkpoint(self, update: int) -> None:
         state = {"update": update, "sampler": {"kind": "per-update", "seed": self.cfg.seed, "next_update": update},
-                 "eval_history": self.eval_history, "config": self.cfg.to_dict()}
+                 "eval_history": self.eval_history, "config": self.cfg.to_dict(),
+                 "warm_start": self.warm_start_stats, "warm_start_eval": self.warm_start_eval}
         t0 = time.perf_counter()
         save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
         if self.accelerator.is_main_process:
@@ -530,6 +569,8 @@ class Trainer:
             "cpu": _gather(acc, cpu or {}),
             "phases_s": self.phase_seconds,
             "resumed_from": self.resumed_from,
+            "warm_start": self.warm_start_stats,
+            "warm_start_eval": self.warm_start_eval,
         }
         if acc.is_main_process:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))

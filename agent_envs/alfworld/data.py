@@ -30,10 +30,11 @@ import tarfile
 import tempfile
 import zipfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from agent_envs.alfworld.game import TASK_TYPES
 
@@ -51,6 +52,7 @@ __all__ = [
     "list_game_files",
     "list_tasks",
     "split_dir",
+    "task_walkthrough",
     "task_type_of",
     "verify_install",
 ]
@@ -307,3 +309,28 @@ def install_with_downloader(dest: str | os.PathLike[str] | None = None, timeout:
         )
     _scan.cache_clear()
     return root
+
+
+def task_walkthrough(info: Mapping[str, Any]) -> list[str]:
+    """The stored walkthrough (expert action list) of the task an ``info`` dict describes.
+
+    ALFWorld games keep one in their ``game.tw-pddl``; ``info["task"]["gamefile"]`` names the
+    file. Returns ``[]`` when the task has no game file (e.g. WebShop) or no walkthrough.
+
+    Raises:
+        ValueError: the game file exists but is not readable JSON (the message names it).
+
+    Example:
+        >>> task_walkthrough({"task": {"id": 3}})
+        []
+    """
+    path = (info.get("task") or {}).get("gamefile")
+    if not path or not os.path.isfile(str(path)):
+        return []
+    try:
+        with open(str(path), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read the walkthrough of {path}: {exc}") from exc
+    walk = data.get("walkthrough") if isinstance(data, Mapping) else None
+    return [str(a) for a in walk] if isinstance(walk, list) else []

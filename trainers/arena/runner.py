@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import matching_keys
 from agent_envs.trajectory import Step, Trajectory
 from trainers.arena.memo import EpisodeMemo
@@ -565,25 +566,6 @@ def _aggregate_credit(results: Sequence[Any]) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------- warm start
-
-
-def task_walkthrough(info: Mapping[str, Any]) -> list[str]:
-    """The stored walkthrough of the current task (ALFWorld games keep one in their
-    ``game.tw-pddl``), or ``[]`` when the task has none.
-
-    Raises:
-        ValueError: the game file exists but is not readable JSON (names the file).
-    """
-    path = (info.get("task") or {}).get("gamefile")
-    if not path or not os.path.isfile(str(path)):
-        return []
-    try:
-        with open(str(path), encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read the walkthrough of {path}: {exc}") from exc
-    walk = data.get("walkthrough") if isinstance(data, Mapping) else None
-    return [str(a) for a in walk] if isinstance(walk, list) else []
 
 
 def warm_start(

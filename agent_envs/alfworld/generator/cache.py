@@ -298,6 +298,7 @@ def _generate_chunk(root: str, seed: int, jobs: Sequence[tuple[int, str]]) -> li
                 "target": built.target,
                 "destination": built.destination,
                 "room": built.room,
+                "attempt": attempt,
                 "goal": built.sentence,
                 "walkthrough_length": steps,
                 "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
