@@ -17,6 +17,7 @@ Usage::
 
     python bench/alfworld_env.py                      # 6 valid_seen games (1 per type), G = 8
     python bench/alfworld_env.py --split generated --games 12 --group-size 4
+    python bench/alfworld_env.py --no-fast-grammar    # TextWorld's grammar unpatched (slower steps)
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=6, help="games to measure (spread over the task types)")
     parser.add_argument("--group-size", type=int, default=8, help="G, siblings per group")
     parser.add_argument("--resets", type=int, default=3, help="timed resets per game")
+    parser.add_argument("--no-fast-grammar", action="store_true",
+                        help="leave TextWorld's grammar unpatched (agent_envs.alfworld.fast_grammar); "
+                             "the patch is process-wide, so both columns are measured the same way")
     args = parser.parse_args()
 
     import gymnasium as gym
@@ -54,7 +58,7 @@ def main() -> None:
     from agent_envs.alfworld import engine
     from agent_envs.alfworld.rubric import coarse_key, exact_key, snapshot
 
-    env = gym.make("ALFWorld-Rubric-v0", split=args.split).unwrapped
+    env = gym.make("ALFWorld-Rubric-v0", split=args.split, fast_grammar=not args.no_fast_grammar).unwrapped
     ids = env.task_ids()
     by_type: dict[str, list[str]] = {}
     for t in ids:
@@ -129,7 +133,8 @@ def main() -> None:
     ]
     print(f"ALFWorld-Rubric-v0 vs raw engine — {date.today()} — {platform.node()} "
           f"({platform.processor() or platform.machine()}, {platform.python_version()})")
-    print(f"split {args.split}: {len(chosen)} games, {len(raw_step)} steps, {args.resets} resets/game, G={G}")
+    print(f"split {args.split}: {len(chosen)} games, {len(raw_step)} steps, {args.resets} resets/game, G={G}, "
+          f"TextWorld grammar memo {'off' if args.no_fast_grammar else 'on'} (both columns)")
     print(f"{'median ms':42s} {'raw engine':>12s} {'ours':>12s} {'raw/ours':>9s}")
     for name, r, o in rows:
         print(f"{name:42s} {r:12.1f} {o:12.1f} {r / o:8.1f}x")

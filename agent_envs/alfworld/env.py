@@ -137,6 +137,8 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         generated_seed: Generator seed.
         generated_cache_dir: Where generated games are cached (default: the generator's).
         render_mode: ``None`` or ``"ansi"`` (``render()`` returns the last observation).
+        fast_grammar: Memoise TextWorld's grammar parsing in this process
+            (:mod:`agent_envs.alfworld.fast_grammar`: steps 2-3x faster, identical outputs).
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -156,6 +158,7 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         generated_seed: int = 0,
         generated_cache_dir: str | os.PathLike[str] | None = None,
         render_mode: str | None = None,
+        fast_grammar: bool = True,
     ) -> None:
         super().__init__()
         _check_split(split)
@@ -187,6 +190,10 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         self.generated_seed = generated_seed
         self.generated_cache_dir = Path(generated_cache_dir).expanduser() if generated_cache_dir else None
         self.render_mode = render_mode
+        if fast_grammar:
+            from agent_envs.alfworld import fast_grammar as _fast_grammar
+
+            _fast_grammar.enable()
 
         self.observation_space = spaces.Text(max_length=_MAX_OBS_LEN, min_length=0, charset=CHARSET)
         self.action_space = spaces.Text(max_length=256, min_length=0, charset=CHARSET)

@@ -157,7 +157,7 @@ class ArenaConfig:
         memo: Answer repeated (task, action history) prefixes from memory
             (:class:`~trainers.arena.memo.EpisodeMemo`; changes speed, never results).
         fast_grammar: Memoise TextWorld's grammar parsing in this process
-            (:mod:`trainers.arena.fast_engine`; ALFWorld steps 2-3x faster, same outputs).
+            (:mod:`agent_envs.alfworld.fast_grammar`; ALFWorld steps 2-3x faster, same outputs).
         warm_start: Behaviour-clone the initial policy on the stored walkthroughs of this
             many training tasks (0: start from the uniform policy).  ALFWorld games carry a
             walkthrough; WebShop has none, so it must stay 0 there.
@@ -290,13 +290,11 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
         if preset.family != "alfworld":
             raise ValueError("ArenaConfig.task_types applies to ALFWorld environments only")
         kwargs["task_types"] = list(cfg.task_types)
+    if preset.family == "alfworld":
+        kwargs["fast_grammar"] = cfg.fast_grammar
     key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
     env = _ENV_CACHE.get(key)
     if env is None:
-        if cfg.fast_grammar and preset.family == "alfworld":
-            from trainers.arena import fast_engine  # noqa: PLC0415
-
-            fast_engine.enable()
         import gymnasium as gym  # noqa: PLC0415
 
         import agent_envs  # noqa: F401, PLC0415  (registers the environments)

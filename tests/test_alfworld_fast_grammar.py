@@ -10,11 +10,10 @@ import pytest
 
 SCRIPT = r"""
 import json, random, sys, zlib
-if sys.argv[1] == "1":
-    from trainers.arena import fast_engine
-    assert fast_engine.enable()
 import gymnasium as gym, agent_envs
-env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=8)
+from agent_envs.alfworld import fast_grammar
+env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=8, fast_grammar=sys.argv[1] == "1")
+assert fast_grammar.enabled() == (sys.argv[1] == "1")
 ids = env.unwrapped.task_ids()
 rng = random.Random(0)
 trace = []
@@ -35,7 +34,7 @@ def test_patched_engine_plays_identical_episodes() -> None:
     out = []
     for flag in ("0", "1"):
         res = subprocess.run([sys.executable, "-c", SCRIPT, flag], capture_output=True, text=True)
-        assert res.returncode == 0, f"episode script failed (fast_engine={flag}):\n{res.stderr[-3000:]}"
+        assert res.returncode == 0, f"episode script failed (fast_grammar={flag}):\n{res.stderr[-3000:]}"
         out.append(json.loads(res.stdout.strip().splitlines()[-1]))
     assert out[0]["steps"] > 15
     assert out[0] == out[1]

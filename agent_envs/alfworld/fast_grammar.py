@@ -14,14 +14,15 @@ symbols together with a context that holds the whole PDDL state (``Symbol.copy``
 * ``Symbol.copy`` — deep-copies the symbol *without* its old context, which the copy
   replaces straight away anyway.
 
-Outputs are unchanged (``tests/test_arena_fast_engine.py`` compares whole episodes, in
-separate processes, with and without it); steps are about 2-3x faster.  The arena enables
-it in its own processes only (``ArenaConfig.fast_grammar``).  The natural home of this is
-``agent_envs/alfworld/engine.py``; until then it lives here.
+Outputs are unchanged (``tests/test_alfworld_fast_grammar.py`` compares whole episodes, in
+separate processes, with and without it); steps are about 2-3x faster.
+``ALFWorld-Rubric-v0`` enables it when it is made (``fast_grammar=True``, the default); pass
+``fast_grammar=False`` in a fresh process to run TextWorld untouched (a patch, once made,
+stays for the life of the process).
 
 Example:
-    >>> from trainers.arena import fast_engine
-    >>> fast_engine.enable()   # doctest: +SKIP
+    >>> from agent_envs.alfworld import fast_grammar
+    >>> fast_grammar.enable()   # doctest: +SKIP
     True
 """
 
