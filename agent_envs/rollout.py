@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from agent_envs.trajectory import Step, Trajectory
 
 __all__ = [
     "EnvFactory",
+    "EnvPool",
     "GroupRunner",
     "Policy",
     "RolloutWorkerError",
@@ -129,19 +131,6 @@ def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
     if "signature" not in keys and info.get("signature") is not None:
         keys["signature"] = tuple(info["signature"])
     return keys
-    ex, co = keys.get("exact"), keys.get("coarse")
-    if (
-        isinstance(ex, tuple)
-        and isinstance(co, tuple)
-        and len(ex) >= 2
-        and len(co) >= 2
-        and _frozen_pair(ex[-2])
-        and _frozen_pair(ex[-1])
-        and (ex[-2], ex[-1]) == (co[-2], co[-1])
-    ):
-        keys["exact"], keys["coarse"] = ex[:-2], co[:-2]
-        keys["signature"] = (frozenset(ex[-2]), frozenset(ex[-1]))
-    return keys
 
 
 class RolloutWorkerError(RuntimeError):
@@ -179,6 +168,7 @@ def _apply(envs: dict[int, Any], env: str | EnvFactory, env_kwargs: Mapping[str,
 
 
 def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     envs: dict[int, Any] = {}
     try:
         while True:
@@ -196,21 +186,52 @@ def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]
         for e in envs.values():
             try:
                 e.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.debug("closing an environment in a worker failed", exc_info=True)
 
 
-class _Hosts:
-    """Environment ``k`` lives in this process (``workers=0``) or in worker ``k % workers``."""
+class EnvPool:
+    """Persistent environments of one kind, in this process or spread over worker processes.
 
-    def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any], workers: int, start_method: str) -> None:
-        self.env, self.env_kwargs, self.workers = env, dict(env_kwargs), workers
+    Environment ``k`` is made on first use and lives in this process (``workers=0``) or in
+    worker ``k % workers`` for the pool's lifetime; it is reset to a new task for every
+    episode. Engines such as ALFWorld's are not thread-safe, so parallel stepping uses
+    processes (``spawn`` by default: safe after torch or an engine has been imported).
+    :class:`GroupRunner` and the trainer (``trainers.rollouts``) both step through it.
+
+    Args:
+        env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``) or a zero-argument
+            factory returning an environment (picklable for workers: a module-level function
+            or ``functools.partial``).
+        env_kwargs: Keyword arguments for ``gym.make`` (ignored with a factory).
+        n: Number of slots (indices ``0..n-1``; ``None``: unbounded).
+        workers: Worker processes (0 = step in this process; at most ``n``).
+        start_method: multiprocessing start method of the workers.
+
+    Example:
+        >>> pool = EnvPool("CartPole-v1", n=2)
+        >>> [len(obs) for obs, info in pool.reset([(0, 1, None), (1, 1, None)])]
+        [4, 4]
+        >>> pool.close()
+    """
+
+    def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None, *,
+                 workers: int = 0, start_method: str = "spawn") -> None:
+        if not (isinstance(env, str) or callable(env)):
+            raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be a non-negative int, got {workers!r}")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"n must be a positive int or None, got {n!r}")
+        self.env, self.env_kwargs, self.n = env, dict(env_kwargs or {}), n
+        self.workers = workers if n is None else min(workers, n)
+        self.name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
         self.local: dict[int, Any] = {}
         self.conns: list[Any] = []
         self.procs: list[Any] = []
-        if workers:
+        if self.workers:
             ctx = mp.get_context(start_method)
-            for _ in range(workers):
+            for _ in range(self.workers):
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(target=_worker_main, args=(child, env, self.env_kwargs), daemon=True)
                 proc.start()
@@ -218,8 +239,25 @@ class _Hosts:
                 self.conns.append(parent)
                 self.procs.append(proc)
 
+    def reset(self, items: Sequence[tuple[int, int | None, Mapping[str, Any] | None]]) -> list[tuple[Any, dict[str, Any]]]:
+        """Reset environments: ``(index, seed, options)`` -> ``(obs, info)`` each, in order."""
+        return self.call("reset", items)
+
+    def step(self, items: Sequence[tuple[int, Any]]) -> list[tuple[Any, float, bool, bool, dict[str, Any]]]:
+        """Step environments: ``(index, action)`` -> the Gymnasium 5-tuple each, in order."""
+        return self.call("step", items)
+
     def call(self, cmd: str, items: Sequence[tuple]) -> list[Any]:
-        """Run ``cmd`` for each ``(k, ...)`` item; results in item order."""
+        """Run ``cmd`` (``"reset"`` or ``"step"``) for each ``(k, ...)`` item; results in item order.
+
+        Raises:
+            IndexError: an index outside ``0..n-1``.
+            RolloutWorkerError: an environment raised in a worker (with its traceback).
+        """
+        if self.n is not None:
+            for item in items:
+                if not 0 <= item[0] < self.n:
+                    raise IndexError(f"environment index {item[0]} out of range 0..{self.n - 1}")
         if not self.workers:
             return _apply(self.local, self.env, self.env_kwargs, cmd, items)
         per: list[list[int]] = [[] for _ in range(self.workers)]
@@ -236,21 +274,36 @@ class _Hosts:
             try:
                 status, payload = self.conns[w].recv()
             except EOFError as exc:
-                raise RolloutWorkerError(f"rollout worker {w} died") from exc
+                raise RolloutWorkerError(f"{self.name}: rollout worker {w} died") from exc
             if status != "ok":
                 errors.append(f"worker {w}:\n{payload}")
                 continue
             for p, result in zip(positions, payload):
                 out[p] = result
         if errors:
-            raise RolloutWorkerError("an environment raised in a rollout worker:\n" + "\n".join(errors))
+            raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n" + "\n".join(errors))
         return out
 
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the live worker processes have used so far (Linux
+        ``/proc``; 0 elsewhere or without workers)."""
+        total = 0.0
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        for proc in self.procs:
+            try:
+                with open(f"/proc/{proc.pid}/stat", encoding="ascii") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            except (OSError, IndexError, ValueError):
+                continue
+        return total
+
     def close(self) -> None:
+        """Close every environment and stop the workers (idempotent)."""
         for e in self.local.values():
             try:
                 e.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 logger.debug("closing an environment failed", exc_info=True)
         self.local.clear()
         for conn in self.conns:
@@ -266,6 +319,18 @@ class _Hosts:
         for conn in self.conns:
             conn.close()
         self.conns, self.procs = [], []
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 # ------------------------------------------------------------------------------------------
@@ -328,12 +393,12 @@ class GroupRunner:
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
         self.max_steps = max_steps
-        self._hosts = _Hosts(env, env_kwargs or {}, workers, start_method)
+        self._hosts = EnvPool(env, env_kwargs, workers=workers, start_method=start_method)
 
     def __enter__(self) -> GroupRunner:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from trainers.env_workers import EnvPool, EnvWorkerError
+from agent_envs.rollout import EnvPool, RolloutWorkerError
 from trainers.generation import TransformersBackend, score_candidates
 from trainers.models import load_policy
 from trainers.objective import pack_rows, sequence_logprobs
@@ -176,7 +176,11 @@ def test_env_pool_rubric_shaping_adds_to_the_penalty():
 
     if "RubricToy-v0" not in gym.registry:
         gym.register("RubricToy-v0", entry_point=_make_toy, disable_env_checker=True)
-    with EnvPool("RubricToy-v0", {}, n=1, workers=0, shaping=0.5) as pool:
+    from functools import partial
+
+    from wrappers.shaping import make_shaped
+
+    with EnvPool(partial(make_shaped, "RubricToy-v0", 0.5), n=1, workers=0) as pool:
         pool.reset([(0, 1, None)])
         # step 1: held False -> True (+1 channel; the diagnostic invalid_actions is ignored)
         # penalty = -0.1 + 0.5 * 1 = 0.4; step 2: held True -> False: -0.1 - 0.5 = -0.6
@@ -196,7 +200,7 @@ def test_env_pool_runs_in_workers_and_reports_env_errors():
         assert res[0][0].tolist() == res[1][0].tolist() == obs.tolist()  # same seed, same start
         stepped = pool.step([(2, 1), (0, 0)])
         assert [r[1] for r in stepped] == [1.0, 1.0]
-        with pytest.raises(EnvWorkerError, match="CartPole-v1 failed in a worker"):
+        with pytest.raises(RolloutWorkerError, match="CartPole-v1 raised in a rollout worker"):
             pool.step([(1, "not an action")])
         with pytest.raises(IndexError, match="out of range"):
             pool.step([(7, 0)])

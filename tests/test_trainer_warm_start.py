@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
 from agent_envs.alfworld.data import task_walkthrough
+from agent_envs.rollout import EnvPool
 from trainers.config import ConfigError, load_config
-from trainers.env_workers import EnvPool
 from trainers.generation import score_candidates
 from trainers.metrics import read_metrics
 from trainers.models import load_policy

@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
+from agent_envs.rollout import EnvPool
 from agent_envs.trajectory import Step, Trajectory
-from trainers.env_workers import EnvPool
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_envs.rollout import EnvPool
 from agent_envs.trajectory import save_jsonl
 from trainers.batching import TrainRow, build_rows, pairs_in, plan_batches, subsample_rows
 from trainers.checkpoint import (
@@ -50,7 +52,6 @@ from trainers.checkpoint import (
     save_checkpoint,
 )
 from trainers.config import ConfigError, TrainConfig
-from trainers.env_workers import EnvPool
 from trainers.evaluation import episode_metrics, l5, normalized_auc
 from trainers.generation import make_backend
 from trainers.metrics import MetricsLogger
@@ -221,8 +222,12 @@ class Trainer:
 
         self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
         self.groups_here = len(range(self.rank, cfg.groups_per_update, self.world))
-        self.pool = EnvPool(cfg.env_id, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers,
-                            shaping=cfg.rubric_shaping)
+        env: Any = cfg.env_id
+        if cfg.rubric_shaping:
+            from wrappers.shaping import make_shaped
+
+            env = functools.partial(make_shaped, cfg.env_id, cfg.rubric_shaping, **cfg.env_kwargs)
+        self.pool = EnvPool(env, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers)
         self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
         self.start_update = 0
         self.phase_seconds: dict[str, float] = {"eval": 0.0, "rollout": 0.0, "credit": 0.0, "optimize": 0.0, "checkpoint": 0.0}

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from agent_envs.alfworld.data import task_walkthrough
-from trainers.env_workers import EnvPool
+from agent_envs.rollout import EnvPool
 from trainers.objective import pack_rows, sequence_logprobs
 from trainers.prompts import format_action
 from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, decision_prompt

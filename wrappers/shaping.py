@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from typing import Any
 
 import gymnasium as gym
 
 from rubrics.channels import diagnostic_channels
 
-__all__ = ["RubricShaping", "shaping_term"]
+__all__ = ["RubricShaping", "make_shaped", "shaping_term"]
 
 
 def _as_number(value: Any) -> float | None:
@@ -100,3 +100,20 @@ class RubricShaping(gym.Wrapper):
         if not isinstance(status, Mapping):
             raise TypeError(f"info['rubric'] must be a mapping, got {type(status).__name__}")
         return dict(status)
+
+
+def make_shaped(env_id: str, coef: float, **env_kwargs: Any) -> RubricShaping:
+    """``RubricShaping(gym.make(env_id, **env_kwargs), coef)``: a factory that pickles, for
+    environments made in worker processes (bind it with ``functools.partial``).
+
+    Example:
+        >>> from functools import partial
+        >>> from agent_envs.rollout import EnvPool
+        >>> factory = partial(make_shaped, "ALFWorld-Rubric-v0", 0.05, split="generated")  # doctest: +SKIP
+        >>> pool = EnvPool(factory, n=8, workers=2)                                           # doctest: +SKIP
+    """
+    try:
+        import agent_envs  # noqa: F401  (registers the rubricgym ids; absent for foreign ids)
+    except ImportError:  # pragma: no cover
+        pass
+    return RubricShaping(gym.make(env_id, **env_kwargs), coef=coef)

@@ -36,7 +36,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,20 +51,20 @@ from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
 
 __all__ = [
-    "EnvPreset",
     "ENV_PRESETS",
     "ArenaConfig",
     "DecisionRecord",
-    "make_arena_env",
-    "resolve_tasks",
-    "search_queries",
+    "EnvPreset",
     "expand_actions",
+    "make_arena_env",
     "matching_keys",
     "play_episode",
-    "run_one",
+    "prepare_generated_games",
+    "resolve_tasks",
     "run_arena",
     "run_dir_name",
-    "prepare_generated_games",
+    "run_one",
+    "search_queries",
 ]
 
 log = logging.getLogger(__name__)
@@ -295,9 +295,9 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
     key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
     env = _ENV_CACHE.get(key)
     if env is None:
-        import gymnasium as gym  # noqa: PLC0415
+        import gymnasium as gym
 
-        import agent_envs  # noqa: F401, PLC0415  (registers the environments)
+        import agent_envs  # noqa: F401  (registers the environments)
 
         env = gym.make(preset.env_id, **kwargs)
         if cfg.memo:
@@ -667,7 +667,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     Raises:
         ValueError: an unknown method or variant.
     """
-    from trainers.arena.report import RunMetrics  # noqa: PLC0415
+    from trainers.arena.report import RunMetrics
 
     t_start = time.perf_counter()
     cpu_start = time.process_time()
@@ -775,7 +775,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
             run.train.append(train_rec)
             emit(train_rec)
             if cfg.save_rollouts:
-                from agent_envs.trajectory import save_jsonl  # noqa: PLC0415
+                from agent_envs.trajectory import save_jsonl
 
                 save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", trajs)
             if update % cfg.eval_every == 0 or update == cfg.updates:
@@ -814,7 +814,7 @@ def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
     preset = cfg.preset
     if preset.generated_n is None:
         return []
-    from agent_envs.alfworld.generator import ensure_generated  # noqa: PLC0415
+    from agent_envs.alfworld.generator import ensure_generated
 
     n = max(preset.generated_n, cfg.train_tasks + cfg.val_tasks)
     return [Path(p) for p in ensure_generated(n=n, seed=0, task_types=cfg.task_types)]
@@ -850,7 +850,7 @@ def run_arena(
         ValueError: no methods or seeds, duplicates, or an unknown method (checked before
             any run starts).
     """
-    from trainers.arena.report import write_report  # noqa: PLC0415
+    from trainers.arena.report import write_report
 
     methods = [m.strip() for m in methods]
     if not methods or not seeds:
@@ -877,8 +877,8 @@ def run_arena(
             if progress:
                 progress(method, seed, end)
     else:
-        import multiprocessing as mp  # noqa: PLC0415
-        from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
             futures = [pool.submit(_run_job, job) for job in jobs]
