@@ -111,6 +111,8 @@ def arena(
     try:
         data = ArenaConfig.for_env(env).to_dict()
         data.update({k: v for k, v in overrides.items() if v is not None})
+        if warm_start is None:  # the default warm start covers at most the training pool
+            data["warm_start"] = min(data["warm_start"], data["train_tasks"])
         data["scpo_scorer"] = scorer
         cfg = ArenaConfig.from_dict(data)
     except ValueError as exc:
