@@ -44,6 +44,8 @@ def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
 def _check_run(run: Path, cfg, all_rows: bool = True) -> list:
     trajs = load_jsonl(run / "rollouts" / "update_00001.jsonl")
     assert len(trajs) == cfg.groups_per_update * cfg.group_size
+    # validation episodes are kept too, one per validation task and evaluation
+    assert [len(load_jsonl(run / "rollouts" / f"eval_{u:05d}.jsonl")) for u in (0, 1)] == [cfg.val_tasks] * 2
     assert sorted({t.slot for t in trajs}) == list(range(cfg.group_size))
     records = read_metrics(run)
     train = [r for r in records if r["phase"] == "train"]
@@ -169,7 +171,7 @@ def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
     assert d0["world"] == d1["world"] == 2
     assert (d0["groups"], d1["groups"]) == (2, 1)  # whole task groups per process
     assert d0["digest"] == d1["digest"] and d0["identical"] and d1["identical"]
-    assert sorted(p.name for p in (tmp_path / "ddp" / "rollouts").iterdir()) == [
+    assert sorted(p.name for p in (tmp_path / "ddp" / "rollouts").glob("update_*")) == [
         "update_00001.rank0.jsonl", "update_00001.rank1.jsonl"]
 
 

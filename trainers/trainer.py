@@ -461,16 +461,22 @@ class Trainer:
         return record
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, update: int) -> dict[str, float]:
-        """One rollout per validation task at ``val_temperature``; gathered metrics."""
+    def evaluate(self, update: int, tag: str = "eval") -> dict[str, float]:
+        """One rollout per validation task at ``val_temperature``; gathered metrics. With
+        ``save_rollouts`` the episodes go to ``rollouts/<tag>_XXXXX.jsonl``."""
         cfg = self.cfg
         refs = [TaskRef(t, cfg.val_split, self._seed_for(3, k)) for k, t in enumerate(self.val_task_ids)][self.rank::self.world]
         episodes = []
+        played = []
         t0 = time.perf_counter()
         for s in range(0, len(refs), self.pool.n):
             chunk = refs[s:s + self.pool.n]
             res = self._rollout(chunk, 1, cfg.val_temperature, self._seed_for(4, update, self.rank, s))
             episodes += [{"success": g[0].success, "score": g[0].score, **m[0]} for g, m in zip(res.groups, res.meta)]
+            played += [g[0] for g in res.groups]
+        if cfg.save_rollouts and played:
+            suffix = "" if self.world == 1 else f".rank{self.rank}"
+            save_jsonl(self.run_dir / "rollouts" / f"{tag}_{update:05d}{suffix}.jsonl", played)
         all_eps = [e for part in _gather(self.accelerator, episodes) for e in part]
         out = episode_metrics(all_eps)
         out["eval_s"] = time.perf_counter() - t0
@@ -535,7 +541,7 @@ class Trainer:
         log.info("warm start: %d rows from %d walkthroughs, NLL %.3f -> %.3f (%.0f s)", stats["rows"], n,
                  stats["nll_first"], stats["nll_last"], stats["seconds"])
         if cfg.eval_after_warm_start and self.val_task_ids:
-            res = self.evaluate(0)
+            res = self.evaluate(0, tag="eval_warm_start")
             stats["val_success"] = res.get("success", 0.0)
             self.metrics.log(0, "eval_warm_start", res)
             self.warm_start_eval = res
