@@ -27,7 +27,7 @@ import torch
 
 from trainers.objective import pack_rows, sequence_logprobs
 
-__all__ = ["GenerationBackend", "TransformersBackend", "VLLMBackend", "make_backend", "score_candidates"]
+__all__ = ["GenerationBackend", "TransformersBackend", "VLLMBackend", "candidate_logprobs", "make_backend", "score_candidates"]
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +237,30 @@ def score_candidates(
         model.train(was_training)
 
 
+def candidate_logprobs(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+) -> list[torch.Tensor]:
+    """:func:`score_candidates` with gradients: per prompt, the summed log-probability of
+    each candidate (a float32 tensor on the model's device, part of the autograd graph), from
+    one prefix-tree forward over all of them. ``log_softmax`` over it is the ``choose``-mode
+    policy's log-probability of each choice at temperature 1 (what the warm start trains).
+    The model's train/eval mode is left as it is.
+    """
+    if len(prompts) != len(candidates):
+        raise ValueError(f"candidate_logprobs needs one candidate list per prompt; got {len(prompts)} and {len(candidates)}")
+    device = next(model.parameters()).device
+    trees = [_Tree(list(p), [list(c) for c in cands]) for p, cands in zip(prompts, candidates)]
+    if any(not t.prompt for t in trees) or any(not t.tokens for t in trees):
+        raise ValueError("candidate_logprobs: every prompt needs a non-empty prompt and candidates")
+    scores: list[Any] = [None] * len(trees)
+    _score_trees(model, trees, pad_id, device, out=[scores, list(range(len(trees)))], differentiable=True)
+    return [s.float() for s in scores]
+
+
 class _Tree:
     """A prompt and the prefix tree of its candidates (nodes in creation order)."""
 
@@ -280,7 +304,8 @@ def _decoder_and_head(model: Any) -> tuple[Any, Any] | None:
     return body, head
 
 
-def _score_trees(model: Any, trees: Sequence[_Tree], pad_id: int, device: Any, *, out: list) -> None:
+def _score_trees(model: Any, trees: Sequence[_Tree], pad_id: int, device: Any, *, out: list,
+                 differentiable: bool = False) -> None:
     """One forward over ``trees`` (rows: left-padded prompt, then the tree nodes, then padding)."""
     scores, slots = out
     b = len(trees)
@@ -334,7 +359,13 @@ def _score_trees(model: Any, trees: Sequence[_Tree], pad_id: int, device: Any, *
     for r, t in enumerate(trees):
         rows = torch.tensor([where[r][par] for par in t.parent], device=device)
         toks = torch.tensor(t.tokens, device=device)
-        node_lp = (logits[rows, toks] - logz[rows]).double().cpu()
+        node_lp = logits[rows, toks] - logz[rows]
+        if differentiable:  # summed on the device, keeping the graph (behaviour cloning)
+            zero = node_lp.new_zeros(())
+            scores[slots[r]] = torch.stack([node_lp[torch.tensor(path, device=device)].sum() if path else zero
+                                            for path in t.paths])
+            continue
+        node_lp = node_lp.double().cpu()
         scores[slots[r]] = torch.tensor([float(node_lp[path].sum()) if path else 0.0 for path in t.paths], dtype=torch.float32)
 
 

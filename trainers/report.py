@@ -105,8 +105,9 @@ def summary_text(run: RunInfo) -> str:
         lines.append(f"last evaluation: invalid-action rate {last.get('invalid_rate', 0):.3f}, mean steps {last.get('mean_steps', 0):.2f}, score {last.get('score', 0):.3f}")
     warm = (run.get("summary") or {}).get("warm_start")
     if warm:
+        kind = "choice" if warm.get("choice_loss") else "response-token"
         line = (f"warm start (behaviour cloning, before update 1): {warm.get('rows', 0):.0f} rows from "
-                f"{warm.get('tasks', 0):.0f} walkthroughs, NLL {warm.get('nll_first', 0):.3f} → {warm.get('nll_last', 0):.3f}")
+                f"{warm.get('tasks', 0):.0f} walkthroughs, {kind} NLL {warm.get('nll_first', 0):.3f} → {warm.get('nll_last', 0):.3f}")
         if "val_success" in warm:
             line += f"; validation success after it: {warm['val_success']:.3f}"
         lines.append(line)

@@ -530,11 +530,12 @@ class Trainer:
         stats = behaviour_clone(self.model, self.accelerator, rows, pad_id=self.tokenizer.pad_token_id,
                                 lr=cfg.warm_start_lr, epochs=cfg.warm_start_epochs, batch_rows=cfg.warm_start_batch_rows,
                                 micro_rows=cfg.micro_batch_rows, seed=cfg.seed, rank=self.rank, world=self.world,
-                                max_grad_norm=cfg.max_grad_norm)
+                                max_grad_norm=cfg.max_grad_norm, loss=self._warm_start_loss())
         self._sync_rollout_model()
         if cfg.backend != "transformers":
             self.backend.sync_weights(self.unwrapped)
         stats["tasks"] = float(n)
+        stats["choice_loss"] = float(self._warm_start_loss() == "choice")
         stats["seconds"] = time.perf_counter() - t0
         self.phase_seconds["warm_start"] = stats["seconds"]
         self.metrics.log(0, "warm_start", stats)
@@ -547,6 +548,11 @@ class Trainer:
             self.warm_start_eval = res
         self.warm_start_stats = stats
         return stats
+
+    def _warm_start_loss(self) -> str:
+        if self.cfg.warm_start_loss != "auto":
+            return self.cfg.warm_start_loss
+        return "choice" if self.cfg.action_mode == "choose" else "tokens"
 
     def _eval_and_log(self, update: int) -> None:
         res = self.evaluate(update)

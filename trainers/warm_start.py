@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,14 +34,24 @@ from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool
 from trainers.objective import pack_rows, sequence_logprobs
 from trainers.prompts import format_action
-from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, decision_prompt
+from trainers.generation import candidate_logprobs
+from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, decision_prompt, fill_slots
 
-__all__ = ["behaviour_clone", "expert_rows"]
+__all__ = ["ExpertRow", "behaviour_clone", "expert_rows"]
 
 log = logging.getLogger(__name__)
 
 
-def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], settings: RolloutSettings) -> list[RowTokens]:
+@dataclass
+class ExpertRow(RowTokens):
+    """An expert decision: the prompt, the expert's response, every admissible action's
+    response (``candidates``, as ``choose`` mode scores them) and the expert's index there."""
+
+    candidates: list[list[int]] = field(default_factory=list)
+    chosen: int = -1
+
+
+def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], settings: RolloutSettings) -> list[ExpertRow]:
     """Replay the stored walkthrough of each task; one row per expert decision, in task order.
 
     A walkthrough is followed while its actions are admissible and the episode runs (at most
@@ -50,7 +61,11 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
         ValueError: none of ``tasks`` has a walkthrough.
     """
     eos = tokenizer.eos_token_id
-    keyed: list[tuple[int, int, RowTokens]] = []
+    keyed: list[tuple[int, int, ExpertRow]] = []
+
+    def encode(action: str) -> list[int]:
+        return tokenizer.encode(format_action(action), add_special_tokens=False) + [eos]
+
     for s in range(0, len(tasks), pool.n):
         chunk = list(tasks[s:s + pool.n])
         reqs = [(k, ref.seed, {"task": ref.task, **({"split": ref.split} if ref.split is not None else {})})
@@ -73,8 +88,10 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
                     ep["done"] = True
                     continue
                 prompt = decision_prompt(tokenizer, ep["goal"], ep["obs"], ep["info"], ep["history"], settings)
-                response = tokenizer.encode(format_action(action), add_special_tokens=False) + [eos]
-                keyed.append((s + ep["slot"], t, RowTokens(prompt, response)))
+                admissible = [str(a) for a in ep["info"].get("admissible_actions") or []]
+                shown = [fill_slots(a, ep["goal"]) for a in admissible]
+                keyed.append((s + ep["slot"], t, ExpertRow(prompt, encode(action), [encode(a) for a in shown],
+                                                           admissible.index(action))))
                 moves.append((ep, action))
             if not moves:
                 break
@@ -89,10 +106,17 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
     return rows
 
 
-def behaviour_clone(model: Any, accelerator: Any, rows: Sequence[RowTokens], *, pad_id: int, lr: float,
+def behaviour_clone(model: Any, accelerator: Any, rows: Sequence[ExpertRow], *, pad_id: int, lr: float,
                     epochs: int, batch_rows: int, micro_rows: int, seed: int, rank: int = 0, world: int = 1,
-                    max_grad_norm: float = 1.0) -> dict[str, float]:
-    """Minimise the mean (over rows) token-mean NLL of the responses with AdamW.
+                    max_grad_norm: float = 1.0, loss: str = "tokens") -> dict[str, float]:
+    """Minimise the mean over rows of the expert decision's negative log-likelihood with AdamW.
+
+    ``loss="tokens"``: the token-mean NLL of the expert's response (teaches the response
+    format; right for ``generate`` mode). ``loss="choice"``: the NLL of the expert's choice
+    under the ``choose``-mode policy, ``-log softmax_a(log π(a | prompt))[expert]`` over the
+    admissible actions' responses (scored with gradients in one prefix-tree forward per
+    prompt, :func:`trainers.generation.candidate_logprobs`), which trains the preference
+    between actions directly.
 
     Every process holds all ``rows`` and takes every ``world``-th row of each mini-batch of
     ``batch_rows``, so all processes make the same optimizer steps (DDP averages gradients,
@@ -102,6 +126,10 @@ def behaviour_clone(model: Any, accelerator: Any, rows: Sequence[RowTokens], *, 
         ``rows``, ``steps``, ``nll_first`` (mean NLL of the first mini-batch, before its
         step), ``nll_last`` (of the last epoch's mini-batches) and ``seconds``.
     """
+    if loss not in ("tokens", "choice"):
+        raise ValueError(f"loss must be 'tokens' or 'choice'; got {loss!r}")
+    if loss == "choice" and any(r.chosen < 0 or not r.candidates for r in rows):
+        raise ValueError("loss='choice' needs rows with candidates and the expert's index (expert_rows makes them)")
     t0 = time.perf_counter()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -121,18 +149,8 @@ def behaviour_clone(model: Any, accelerator: Any, rows: Sequence[RowTokens], *, 
             for m, idx in enumerate(micros):
                 sync = contextlib.nullcontext() if m == len(micros) - 1 else accelerator.no_sync(model)
                 with sync:
-                    sel = [rows[i] for i in idx] or [RowTokens([pad_id], [pad_id])]
-                    batch = pack_rows([r.prompt_ids for r in sel], [r.response_ids for r in sel], pad_id)
-                    batch = batch.to(accelerator.device)
-                    if not idx:
-                        batch.response_mask.zero_()
-                    with accelerator.autocast():
-                        logp, _ = sequence_logprobs(model, batch)
-                    mask = batch.response_mask.bool()
-                    nll = torch.where(mask, -logp.float(), torch.zeros((), device=logp.device))
-                    per_row = nll.sum(1) / mask.sum(1).clamp(min=1)
-                    loss = per_row.sum() * (world / size)
-                    accelerator.backward(loss)
+                    per_row = _row_losses(model, accelerator, [rows[i] for i in idx], pad_id, loss)
+                    accelerator.backward(per_row.sum() * (world / size))
                     losses += [float(v) for v in per_row.detach()[: len(idx)]]
             if max_grad_norm > 0:
                 accelerator.clip_grad_norm_(params, max_grad_norm)
@@ -145,3 +163,23 @@ def behaviour_clone(model: Any, accelerator: Any, rows: Sequence[RowTokens], *, 
                 last_epoch += losses
     return {"rows": float(n), "steps": float(steps), "nll_first": float(first or 0.0),
             "nll_last": float(np.mean(last_epoch)) if last_epoch else 0.0, "seconds": time.perf_counter() - t0}
+
+
+def _row_losses(model: Any, accelerator: Any, rows: Sequence[ExpertRow], pad_id: int, loss: str) -> torch.Tensor:
+    """Per-row NLL (a tensor with gradients); ``loss`` as in :func:`behaviour_clone`; an empty micro-batch gives a zero-weight dummy
+    row so that every process runs a forward and backward (DDP)."""
+    if not rows:
+        batch = pack_rows([[pad_id]], [[pad_id]], pad_id).to(accelerator.device)
+        with accelerator.autocast():
+            logp, _ = sequence_logprobs(model, batch)
+        return logp.sum(1) * 0.0
+    if loss == "choice":
+        with accelerator.autocast():
+            scores = candidate_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows], pad_id=pad_id)
+        return torch.stack([-torch.log_softmax(s, dim=0)[r.chosen] for s, r in zip(scores, rows)])
+    batch = pack_rows([r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id).to(accelerator.device)
+    with accelerator.autocast():
+        logp, _ = sequence_logprobs(model, batch)
+    mask = batch.response_mask.bool()
+    nll = torch.where(mask, -logp.float(), torch.zeros((), device=logp.device))
+    return nll.sum(1) / mask.sum(1).clamp(min=1)
