@@ -57,9 +57,10 @@ def test_walkthroughs_win_one_real_game_per_type(alfworld_data):
     env.close()
 
 
-def _replay_chunk(split: str, data_root: str, tasks: list[str]) -> list[str]:
-    """Replay ``tasks`` of ``split`` in this (worker) process; returns their task types."""
-    env = gym.make("ALFWorld-Rubric-v0", split=split, data_root=data_root)
+def _replay_chunk(env_kwargs: dict, tasks: list[str]) -> list[str]:
+    """Replay ``tasks`` in an env made with ``env_kwargs`` in this (worker) process; returns
+    their task types."""
+    env = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
     types = []
     for task in tasks:
         task_type, info = _replay(env, task)
@@ -82,7 +83,7 @@ def test_walkthroughs_win_all_274_validation_games(alfworld_data):
         for split in ("valid_seen", "valid_unseen"):
             ids = gym.make("ALFWorld-Rubric-v0", split=split, data_root=str(alfworld_data)).unwrapped.task_ids()
             for half in (ids[0::2], ids[1::2]):
-                jobs[pool.submit(_replay_chunk, split, str(alfworld_data), half)] = split
+                jobs[pool.submit(_replay_chunk, {"split": split, "data_root": str(alfworld_data)}, half)] = split
         for job, split in jobs.items():
             won[split] += len(job.result())
     assert won == {"valid_seen": 140, "valid_unseen": 134}
@@ -111,21 +112,6 @@ def test_generated_split_plays_with_no_data_installed(six_generated, tmp_path):
     env.close()
 
 
-def _replay_generated_chunk(cache_dir: str, tasks: list[str]) -> list[str]:
-    """Replay generated ``tasks`` (ids of the 240-game cache in ``cache_dir``) in a worker."""
-    env = gym.make(
-        "ALFWorld-Rubric-v0", split="generated", generated_n=240, generated_seed=0,
-        generated_cache_dir=cache_dir,
-    )
-    types = []
-    for task in tasks:
-        task_type, info = _replay(env, task)
-        _check_final(task_type, info)
-        types.append(task_type)
-    env.close()
-    return types
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(3600)  # ~5 min on 2 free cores; far longer on a machine shared by many
 def test_240_generated_games_verify_first_time_and_replay_to_a_win(tmp_path):
@@ -147,11 +133,9 @@ def test_240_generated_games_verify_first_time_and_replay_to_a_win(tmp_path):
     assert Counter(e["task_type"] for e in entries) == {t: 40 for t in TASK_TYPES}
     assert {e["room"] for e in entries} == {"kitchen", "livingroom", "bedroom", "bathroom"}
 
-    ids = gym.make(
-        "ALFWorld-Rubric-v0", split="generated", generated_n=240, generated_seed=0,
-        generated_cache_dir=str(cache),
-    ).unwrapped.task_ids()
+    kwargs = {"split": "generated", "generated_n": 240, "generated_seed": 0, "generated_cache_dir": str(cache)}
+    ids = gym.make("ALFWorld-Rubric-v0", **kwargs).unwrapped.task_ids()
     with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as pool:
-        parts = pool.map(_replay_generated_chunk, [str(cache)] * 2, [ids[0::2], ids[1::2]])
+        parts = pool.map(_replay_chunk, [kwargs] * 2, [ids[0::2], ids[1::2]])
         counts = Counter(t for part in parts for t in part)
     assert counts == {t: 40 for t in TASK_TYPES}
