@@ -13,17 +13,18 @@ import gymnasium as gym
 import pytest
 
 import agent_envs  # noqa: F401
+from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.alfworld.game import FAMILY_MAX_PROGRESS, TASK_TYPES
 
 
 def _replay(env, task) -> tuple[str, dict]:
     """Play the stored walkthrough of ``task``; returns (task type, final info)."""
-    obs, info = env.reset(options={"task": task})
-    walkthrough = json.loads(open(info["task"]["gamefile"], encoding="utf-8").read())["walkthrough"]
+    _obs, info = env.reset(options={"task": task})
+    walkthrough = task_walkthrough(info)
     assert walkthrough, info["task"]["id"]
     for k, action in enumerate(walkthrough):
         assert action in info["admissible_actions"], (info["task"]["id"], k, action)
-        obs, reward, terminated, truncated, info = env.step(action)
+        _obs, reward, terminated, truncated, info = env.step(action)
         last = k == len(walkthrough) - 1
         assert info["valid"] and terminated is last and not truncated, (info["task"]["id"], k, action)
         assert reward == (10.0 if last else 0.0)
