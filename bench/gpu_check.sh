@@ -46,7 +46,7 @@ for mode, extra in (("generate", [f"max_response_tokens={8 if dry else 512}", "p
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     ov = [f"model={model}", f"action_mode={mode}", *size,
-          "updates=1", "val_tasks=0", "eval_at_start=false", "save_every=1", "estimator=grpo", "estimator_params={}", "kl_coef=0.01",
+          "updates=1", "val_tasks=0", "eval_at_start=false", "warm_start_tasks=0", "save_every=1", "estimator=grpo", "estimator_params={}", "kl_coef=0.01",
           "mixed_precision=bf16", "gradient_checkpointing=true", "micro_batch_rows=16", "rollout_batch_size=128",
           "progress=false", "env_workers=0", f"output_dir={runs}", f"run_name=gpu-{mode}-{int(time.time())}", *env, *extra]
     t = Trainer(load_config("demo", ov))

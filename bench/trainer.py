@@ -130,6 +130,7 @@ def main() -> None:
                 ov = [f"model={model}", f"action_mode={mode}", f"mixed_precision={mp}", "prompt_style=action_only",
                       f"groups_per_update={args.groups}", f"group_size={args.group_size}", f"max_steps={args.steps}",
                       "updates=1", "val_tasks=0", "eval_at_start=false", "eval_every=1", "save_every=1", "max_train_rows=0",
+                      "warm_start_tasks=0",
                       "max_response_tokens=24", "estimator=grpo", "estimator_params={}", "kl_coef=0.01", "tensorboard=false", "progress=false",
                       "save_rollouts=false", f"output_dir={root}", f"run_name={name}", *env_ov]
                 t0 = time.perf_counter()

@@ -37,7 +37,8 @@ def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
         "eval_every=1", "save_every=1", f"output_dir={tmp_path}", f"run_name={name}",
         "learning_rate=1e-3", "progress=false", "tensorboard=false", "max_response_tokens=12",
         "micro_batch_rows=4", "estimator_params={}", "skip_zero_advantage_rows=false", "env_workers=0",
-        "mixed_precision=no", "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1", *WEBSHOP, *extra,
+        "mixed_precision=no", "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1", "warm_start_tasks=0",
+        *WEBSHOP, *extra,
     ]
 
 
