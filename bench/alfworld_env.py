@@ -95,7 +95,7 @@ def main() -> None:
             snap = snapshot(facts, game.facts, game.spec)
             tracker.update(snap, won=False, valid=True)
             sigs.update(tracker.status)
-            sig = sigs.signature()
+            sigs.signature()
             exact_key(game.spec, tracker, "x")
             coarse_key(game.spec, tracker, "x", 10, 50)
 

@@ -137,6 +137,13 @@ def test_keys_hold_table5_fields_and_the_signature():
     assert coarse_key(PICK2, t, "desk 1", remaining=30, horizon=50) == (
         "pick_two_obj_and_place", "desk 1", True, False, 0, False, 2,
     )
+    # the signature beside the keys: active channels and the template's frontier
+    from rubrics import SignatureTracker, load_template
+
+    sig = SignatureTracker(load_template("alfworld", "pick_two_obj_and_place"))
+    sig.reset()
+    sig.update(t.status)
+    assert sig.signature().key() == (C, F)
 
 
 GOALS = {

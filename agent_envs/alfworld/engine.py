@@ -54,7 +54,6 @@ from typing import Any
 __all__ = [
     "GameFileError",
     "Translation",
-    "RestorablePddlEnv",
     "engine_infos",
     "game_logic",
     "make_engine",
