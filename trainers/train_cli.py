@@ -28,7 +28,7 @@ def train(
     help_config: bool = typer.Option(False, "--help-config", help="List every configuration field with its help text and exit."),
     presets: bool = typer.Option(False, "--presets", help="List the packaged presets and exit."),
 ) -> None:
-    """Train a policy (default: the 15-20 minute CPU demo on generated ALFWorld games)."""
+    """Train a policy (default: the CPU demo on generated ALFWorld games)."""
     from rich.console import Console
     from rich.table import Table
 
