@@ -127,8 +127,16 @@ def test_trainer_warm_start_runs_before_the_first_update_and_is_reported(tmp_pat
           "save_every=1", f"output_dir={tmp_path}", "run_name=warm", "progress=false", "tensorboard=false",
           "env_workers=1", "torch_threads=1", "mixed_precision=no", "max_steps=4", "max_train_rows=4",
           f"env_kwargs={{generated_n: 12, task_types: [{', '.join(ENV_KWARGS['task_types'])}]}}",
-          "warm_start_tasks=3", "warm_start_epochs=2", "warm_start_lr=1e-3"]
+          "warm_start_tasks=3", "warm_start_epochs=2", "warm_start_lr=1e-3", "kl_coef=0.01"]
     trainer = Trainer(load_config("demo", ov))
+    before = [p.detach().clone() for p in trainer.ref_model.parameters()]
+    trainer.warm_start()
+    # the KL reference is now the warm-started policy (it was the initial one)
+    for r, p, b in zip(trainer.ref_model.parameters(), trainer.unwrapped.parameters(), before):
+        assert torch.equal(r, p.detach())
+    assert any(not torch.equal(r, b) for r, b in zip(trainer.ref_model.parameters(), before))
+    trainer.pool.close()
+    trainer = Trainer(load_config("demo", [*ov, "run_name=warm2"]))
     summary = trainer.train()
     records = read_metrics(summary["run_dir"])
     phases = [r["phase"] for r in records]

@@ -121,7 +121,7 @@ class TrainConfig:
     logprob_batch_rows: int = _f(16, "Rows per no-grad forward when computing old/reference log-probs.")
 
     # --- warm start (behaviour cloning before RL) ---------------------------------------------
-    warm_start_tasks: int = _f(0, "Behaviour-clone the stored walkthroughs of this many training tasks before the first update (ALFWorld games store one; 0 = off). Validation runs before it and, with eval_after_warm_start, after it.")
+    warm_start_tasks: int = _f(0, "Behaviour-clone the stored walkthroughs of this many training tasks before the first update (ALFWorld games store one; 0 = off). Validation runs before it and, with eval_after_warm_start, after it. With full fine-tuning and kl_coef > 0 the KL reference becomes the warm-started policy.")
     warm_start_epochs: int = _f(1, "Passes over the walkthrough rows.")
     warm_start_lr: float = _f(1e-4, "AdamW learning rate of the warm start (its own optimizer, not checkpointed: a run killed during the warm start starts again).")
     warm_start_loss: str = _f("auto", "Warm-start objective: 'tokens' (token NLL of the expert's response), 'choice' (NLL of the expert's choice among the admissible actions, as choose mode samples them) or 'auto' (choice in choose mode, else tokens).", ("auto", "tokens", "choice"))

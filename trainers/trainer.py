@@ -534,6 +534,10 @@ class Trainer:
         self._sync_rollout_model()
         if cfg.backend != "transformers":
             self.backend.sync_weights(self.unwrapped)
+        if self.ref_model is not None:  # the KL reference is the policy RL starts from
+            self.ref_model.load_state_dict(self.unwrapped.state_dict())
+        elif cfg.lora and cfg.kl_coef > 0:
+            log.warning("warm start with LoRA: the KL reference stays the base model (adapters disabled)")
         stats["tasks"] = float(n)
         stats["choice_loss"] = float(self._warm_start_loss() == "choice")
         stats["seconds"] = time.perf_counter() - t0
