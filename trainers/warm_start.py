@@ -89,9 +89,9 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
                     continue
                 prompt = decision_prompt(tokenizer, ep["goal"], ep["obs"], ep["info"], ep["history"], settings)
                 admissible = [str(a) for a in ep["info"].get("admissible_actions") or []]
-                shown = [fill_slots(a, ep["goal"]) for a in admissible]
-                keyed.append((s + ep["slot"], t, ExpertRow(prompt, encode(action), [encode(a) for a in shown],
-                                                           admissible.index(action))))
+                cands = [encode(fill_slots(a, ep["goal"])) for a in admissible]
+                chosen = admissible.index(action)
+                keyed.append((s + ep["slot"], t, ExpertRow(prompt, cands[chosen], cands, chosen)))
                 moves.append((ep, action))
             if not moves:
                 break
