@@ -386,14 +386,10 @@ class GroupRunner:
         max_steps: int | None = None,
         start_method: str = "spawn",
     ) -> None:
-        if not (isinstance(env, str) or callable(env)):
-            raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"workers must be a non-negative int, got {workers!r}")
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
         self.max_steps = max_steps
-        self._hosts = EnvPool(env, env_kwargs, workers=workers, start_method=start_method)
+        self._hosts = EnvPool(env, env_kwargs, workers=workers, start_method=start_method)  # validates env, workers
 
     def __enter__(self) -> GroupRunner:
         return self

@@ -82,13 +82,13 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
                 if ep.get("done") or t >= len(ep["plan"]):
                     continue
                 action = ep["plan"][t]
-                if action not in (ep["info"].get("admissible_actions") or []):
+                admissible = [str(a) for a in ep["info"].get("admissible_actions") or []]
+                if action not in admissible:
                     log.warning("warm start: walkthrough action %r of task %r is not admissible; stopping that replay",
                                 action, ep["info"].get("task", {}).get("id"))
                     ep["done"] = True
                     continue
                 prompt = decision_prompt(tokenizer, ep["goal"], ep["obs"], ep["info"], ep["history"], settings)
-                admissible = [str(a) for a in ep["info"].get("admissible_actions") or []]
                 cands = [encode(fill_slots(a, ep["goal"])) for a in admissible]
                 chosen = admissible.index(action)
                 keyed.append((s + ep["slot"], t, ExpertRow(prompt, cands[chosen], cands, chosen)))
