@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,7 +26,9 @@ __all__ = ["TrainRow", "build_rows", "pairs_in", "plan_batches", "subsample_rows
 
 @dataclass
 class TrainRow:
-    """One training row: prompt ids, response ids, advantage and where it came from."""
+    """One training row: prompt ids, response ids, advantage and where it came from; in
+    ``choose`` mode also the scored candidates' ids and the chosen index (see
+    :class:`trainers.rollouts.RowTokens`)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -34,6 +36,8 @@ class TrainRow:
     group: int
     traj: int
     step: int
+    candidates: list[list[int]] = field(default_factory=list)
+    chosen: int = -1
 
 
 def build_rows(result: RolloutResult, credits: Sequence, *, drop_zero_advantage: bool = False) -> tuple[list[TrainRow], list[tuple[int, int, float]]]:
@@ -56,7 +60,7 @@ def build_rows(result: RolloutResult, credits: Sequence, *, drop_zero_advantage:
                 if not row.response_ids:
                     continue
                 index[(g, i, t)] = len(rows)
-                rows.append(TrainRow(row.prompt_ids, row.response_ids, float(adv[t]), g, i, t))
+                rows.append(TrainRow(row.prompt_ids, row.response_ids, float(adv[t]), g, i, t, row.candidates, row.chosen))
         for p in getattr(credit, "pairs", []) or []:
             a = index.get((g, *p.preferred))
             b = index.get((g, *p.rejected))

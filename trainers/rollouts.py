@@ -50,10 +50,14 @@ class TaskRef:
 
 @dataclass
 class RowTokens:
-    """The training row of one decision: its prompt ids and response ids."""
+    """The training row of one decision: its prompt ids and response ids; in ``choose``
+    mode also every admissible action's response ids (``candidates``, as they were scored)
+    and the index of the chosen one (``chosen``; -1 when the action was generated)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
+    candidates: list[list[int]] = field(default_factory=list)
+    chosen: int = -1
 
 
 @dataclass
@@ -199,15 +203,15 @@ def collect_rollouts(
             break
         prompts = [decision_prompt(tokenizer, e.goal, e.obs, e.info, e.history, settings) for e in live]
         tp = time.perf_counter()
-        actions, responses, texts = _decide(model, tokenizer, backend, live, prompts, settings, eos)
+        actions, decided, texts = _decide(model, tokenizer, backend, live, prompts, settings, eos)
         stats["policy_s"] += time.perf_counter() - tp
-        stats["gen_tokens"] += sum(len(r) for r in responses)
+        stats["gen_tokens"] += sum(len(r.response_ids) for r in decided)
         stats["prompt_tokens"] += sum(len(p) for p in prompts)
         stats["decisions"] += len(live)
         te = time.perf_counter()
         results = pool.step([(env_offset + e.g * group_size + e.i, a) for e, a in zip(live, actions)])
         stats["env_s"] += time.perf_counter() - te
-        for e, prompt, resp, text, action, (obs, reward, term, trunc, info) in zip(live, prompts, responses, texts, actions, results):
+        for e, row, text, action, (obs, reward, term, trunc, info) in zip(live, decided, texts, actions, results):
             pre = e.info
             valid = bool(info.get("valid", True))
             e.invalid += int(not valid)
@@ -230,7 +234,7 @@ def collect_rollouts(
                 extra={"response": text},
             )
             e.steps.append(step)
-            e.rows.append(RowTokens(prompt, resp))
+            e.rows.append(row)
             e.history.append((e.obs, action))
             e.obs, e.info = str(obs), info
             e.score = float(info.get("score", e.score))
@@ -291,11 +295,11 @@ def fill_slots(action: str, goal: str) -> str:
 
 
 def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live: list[_Episode],
-            prompts: list[list[int]], settings: RolloutSettings, eos: int) -> tuple[list[str], list[list[int]], list[str]]:
-    """Actions, response ids and response texts for the live episodes."""
+            prompts: list[list[int]], settings: RolloutSettings, eos: int) -> tuple[list[str], list[RowTokens], list[str]]:
+    """Actions, training rows and response texts for the live episodes."""
     n = len(live)
     actions: list[str] = [""] * n
-    responses: list[list[int]] = [[] for _ in range(n)]
+    rows = [RowTokens(prompts[k], []) for k in range(n)]
     texts: list[str] = [""] * n
     to_generate = list(range(n))
     if settings.action_mode == "choose":
@@ -315,7 +319,8 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live:
             for k, adm, ids, s in zip(idx, cands, cand_ids, scores):
                 probs = torch.softmax(s.double() / settings.temperature, dim=0)
                 j = int(torch.multinomial(probs, 1).item())
-                actions[k], responses[k], texts[k] = adm[j], ids[j], format_action(adm[j])
+                actions[k], texts[k] = adm[j], format_action(adm[j])
+                rows[k] = RowTokens(prompts[k], ids[j], ids, j)
     if to_generate:
         if backend is None:
             raise ValueError("generate mode needs a generation backend")
@@ -327,5 +332,5 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live:
             action, _ok = parse_action(text, adm or None)
             if "<action>" not in text.lower() or not action:
                 action = NO_ACTION
-            actions[k], responses[k], texts[k] = action, list(resp), text
-    return actions, responses, texts
+            actions[k], rows[k], texts[k] = action, RowTokens(prompts[k], list(resp)), text
+    return actions, rows, texts

@@ -53,7 +53,7 @@ from trainers.checkpoint import (
 )
 from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics, l5, normalized_auc
-from trainers.generation import make_backend
+from trainers.generation import candidate_logprobs, make_backend
 from trainers.metrics import MetricsLogger
 from trainers.models import apply_lora, load_policy
 from trainers.objective import (
@@ -308,11 +308,44 @@ class Trainer:
         with ctx, self.accelerator.autocast():
             for s in range(0, len(rows), self.cfg.logprob_batch_rows):
                 chunk = rows[s:s + self.cfg.logprob_batch_rows]
+                if self.cfg.rl_loss == "choice":
+                    logp, _ = self._choice_logprobs(model, chunk, with_entropy=False)
+                    out += [v.float().cpu() for v in logp]
+                    continue
                 batch = pack_rows([r.prompt_ids for r in chunk], [r.response_ids for r in chunk], pad).to(self.accelerator.device)
                 logp, _ = sequence_logprobs(model, batch)
                 for k, r in enumerate(chunk):
                     out.append(logp[k, logp.shape[1] - len(r.response_ids):].float().cpu())
         return out
+
+    def _choice_logprobs(self, model: Any, rows: list[TrainRow], *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``rl_loss = "choice"``: log π(chosen | prompt) of the choose policy, the log-softmax
+        of the admissible actions' scores at the rollout temperature, as ``[B, 1]`` (one
+        "token" per decision), and the entropy of that choice distribution (``[B, 1]``)."""
+        scores = candidate_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows],
+                                    pad_id=self.tokenizer.pad_token_id)
+        logsm = [torch.log_softmax(sc / self.cfg.temperature, dim=0) for sc in scores]
+        logp = torch.stack([ls[r.chosen] for ls, r in zip(logsm, rows)])[:, None]
+        entropy = torch.stack([-(ls.exp() * ls).sum() for ls in logsm])[:, None] if with_entropy else None
+        return logp, entropy
+
+    def _policy_terms(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor] | None,
+                      ref: list[torch.Tensor] | None):
+        """One micro-batch's ``(logp, entropy, mask, old_logp, ref_logp, advantages)`` under
+        the trained model (with gradients): per response token, or per decision with
+        ``rl_loss = "choice"``."""
+        dev = self.accelerator.device
+        adv = torch.tensor([rows[i].advantage for i in idx], dtype=torch.float32, device=dev)
+        if self.cfg.rl_loss == "choice":
+            with self.accelerator.autocast():
+                logp, ent = self._choice_logprobs(self.model, [rows[i] for i in idx], with_entropy=True)
+            mask = torch.ones_like(logp, dtype=torch.long)
+            pick = (lambda vals: None if vals is None else torch.stack([vals[i] for i in idx]).reshape(-1, 1).to(dev))
+            return logp, ent, mask, pick(old), pick(ref), adv
+        batch, old_lp, ref_lp, adv = self._packed(rows, idx, old, ref)
+        with self.accelerator.autocast():
+            logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
+        return logp, ent, batch.response_mask, old_lp, ref_lp, adv
 
     def _packed(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None):
         pad = self.tokenizer.pad_token_id
@@ -368,26 +401,27 @@ class Trainer:
                     with sync:
                         if k < len(micros):
                             idx = micros[k]
-                            batch, old_lp, ref_lp, adv = self._packed(rows, idx, old, ref)
+                            logp, ent, mask, old_lp, ref_lp, adv = self._policy_terms(rows, idx, old, ref)
                             weight = len(idx) / mini_rows
                             local_pairs = pairs_in(idx, pairs) if cfg.pair_coef > 0 else []
-                        else:
-                            batch, old_lp, ref_lp, adv = self._dummy_batch(), None, None, torch.zeros(1, device=acc.device)
-                            old_lp = torch.zeros_like(batch.response_mask, dtype=torch.float32)
+                            if on_policy:
+                                old_lp = logp.detach()
+                        else:  # this process has fewer micro-batches: a zero-weight forward keeps DDP in step
+                            batch = self._dummy_batch()
+                            with acc.autocast():
+                                logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
+                            mask, ref_lp, adv = batch.response_mask, None, torch.zeros(1, device=acc.device)
+                            old_lp = torch.zeros_like(mask, dtype=torch.float32)
                             weight, local_pairs = 0.0, []
-                        with acc.autocast():
-                            logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
-                        if on_policy and k < len(micros):
-                            old_lp = logp.detach()
                         loss_task, st = task_loss(
-                            logp, old_lp, ref_lp, ent, adv, batch.response_mask,
+                            logp, old_lp, ref_lp, ent, adv, mask,
                             clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef,
                             kl_clip=cfg.kl_clip, entropy_coef=cfg.entropy_coef,
                         )
                         loss = loss_task
                         if local_pairs:
                             colocated += len(local_pairs)
-                            deltas = response_deltas(logp, old_lp, batch.response_mask)
+                            deltas = response_deltas(logp, old_lp, mask)
                             lp = pair_loss(deltas, local_pairs, len(idx))
                             loss = loss + cfg.pair_coef * lp
                             stats.setdefault("pair_loss", []).append(float(lp.detach()))

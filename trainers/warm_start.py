@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,9 +46,6 @@ log = logging.getLogger(__name__)
 class ExpertRow(RowTokens):
     """An expert decision: the prompt, the expert's response, every admissible action's
     response (``candidates``, as ``choose`` mode scores them) and the expert's index there."""
-
-    candidates: list[list[int]] = field(default_factory=list)
-    chosen: int = -1
 
 
 def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], settings: RolloutSettings) -> list[ExpertRow]:
