@@ -1,7 +1,8 @@
 """End-to-end trainer runs with the tiny random model on the real environments.
 
 One full update (rollouts → credit → objective → checkpoint) in both action modes; exact
-resume after an interrupted run; a 2-process DDP run with identical weights afterwards.
+resume after an interrupted run; a 2-process DDP run (the demo's path: warm start, choice loss)
+with identical weights afterwards.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from trainers.config import load_config
 from trainers.metrics import read_metrics
 from trainers.trainer import Trainer
 
+ALFWORLD = ["env_id=ALFWorld-Rubric-v0", "env_kwargs={}", "train_split=generated", "val_split=generated", "max_steps=3"]
 WEBSHOP = [
     "env_id=WebShop-Rubric-v0",
     "env_kwargs={catalogue: generated, num_products: 120, tagger: lexicon}",
@@ -158,7 +160,11 @@ if __name__ == "__main__":
 def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
     script = tmp_path / "ddp_run.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
-    ov = _overrides(tmp_path, "ddp", ["groups_per_update=3", "action_mode=choose", "estimator=grpo", "micro_batch_rows=3"])
+    # the demo's path under DDP: generated ALFWorld, a choice-loss warm start on walkthroughs
+    # (every process takes its share of each warm-start batch), then choice-loss updates
+    ov = _overrides(tmp_path, "ddp", [*ALFWORLD, "env_kwargs={generated_n: 12, task_types: [look_at_obj_in_light, pick_and_place_simple]}",
+                                      "groups_per_update=3", "action_mode=choose", "estimator=grpo", "micro_batch_rows=3",
+                                      "rl_loss=choice", "warm_start_tasks=3", "warm_start_lr=1e-3", "warm_start_batch_rows=4"])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     # accelerate 1.x: `--cpu` alone runs one process unless an MPI hostfile is given;
     # `--multi_gpu` on a machine without CUDA starts torchrun workers that use gloo on CPU.
@@ -174,9 +180,8 @@ def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
     assert d0["digest"] == d1["digest"] and d0["identical"] and d1["identical"]
     assert sorted(p.name for p in (tmp_path / "ddp" / "rollouts").glob("update_*")) == [
         "update_00001.rank0.jsonl", "update_00001.rank1.jsonl"]
-
-
-ALFWORLD = ["env_id=ALFWorld-Rubric-v0", "env_kwargs={}", "train_split=generated", "val_split=generated", "max_steps=3"]
+    phases = [r["phase"] for r in read_metrics(tmp_path / "ddp")]
+    assert phases[:4] == ["eval", "warm_start", "eval_warm_start", "train"]
 
 
 @pytest.mark.slow
