@@ -77,6 +77,7 @@ class TrainConfig:
     lora_alpha: int = _f(32, "LoRA scaling alpha (the update is scaled by alpha / r).")
     lora_dropout: float = _f(0.0, "LoRA dropout (0 keeps the rollout and training policies identical).")
     lora_target_modules: list = _f(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], "Module names that get LoRA adapters.")
+    trainable_layers: int = _f(0, "Train only the top N transformer blocks and the final norm; the embeddings (and a tied LM head) and the lower blocks stay frozen (0 = train everything). A CPU speed option: the backward pass stops at the lowest trainable block. Not with lora.")
     gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
 
     # --- prompts and rollouts --------------------------------------------------------------
@@ -157,7 +158,8 @@ class TrainConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an integer ≥ 1; got {getattr(self, name)!r}")
-        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads", "max_train_rows", "warm_start_tasks"):
+        for name in ("history_length", "val_tasks", "train_tasks", "env_workers", "warmup_updates", "torch_threads", "max_train_rows", "warm_start_tasks",
+                     "trainable_layers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be an integer ≥ 0; got {getattr(self, name)!r}")
         for name in ("temperature", "val_temperature", "learning_rate", "warm_start_lr"):
@@ -176,6 +178,8 @@ class TrainConfig:
             raise ConfigError(f"lora_dropout must be in [0, 1); got {self.lora_dropout!r}")
         if self.pair_coef > 0 and self.micro_batch_rows < 2 and self.estimator == "mcgpo":
             raise ConfigError("micro_batch_rows must be ≥ 2 when estimator='mcgpo' (both rows of a pair share a micro-batch)")
+        if self.trainable_layers and self.lora:
+            raise ConfigError("trainable_layers must be 0 when lora=true (LoRA already chooses what trains)")
         if self.rl_loss == "choice" and self.action_mode != "choose":
             raise ConfigError("rl_loss='choice' needs action_mode='choose' (generated responses have no candidate set)")
         if self.action_mode == "choose" and self.backend == "vllm":

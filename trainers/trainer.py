@@ -55,7 +55,7 @@ from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics, l5, normalized_auc
 from trainers.generation import candidate_logprobs, make_backend
 from trainers.metrics import MetricsLogger
-from trainers.models import apply_lora, load_policy
+from trainers.models import apply_lora, load_policy, train_top_layers
 from trainers.objective import (
     PackedBatch,
     pack_rows,
@@ -196,6 +196,13 @@ class Trainer:
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.ref_model = None
+        if cfg.trainable_layers:
+            try:
+                n_train = train_top_layers(model, cfg.trainable_layers)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            log.info("training the top %d blocks: %.1fM of %.1fM parameters", cfg.trainable_layers, n_train / 1e6,
+                     sum(p.numel() for p in model.parameters()) / 1e6)
         if cfg.lora:
             model = apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
                                target_modules=cfg.lora_target_modules)
