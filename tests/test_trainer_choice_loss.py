@@ -107,5 +107,13 @@ def test_choice_loss_with_kl_to_a_reference_and_entropy(tmp_path):
 def test_choice_loss_needs_choose_mode():
     with pytest.raises(ConfigError, match="rl_loss='choice' needs action_mode='choose'"):
         load_config("demo", ["action_mode=generate", "rl_loss=choice"])
-    with pytest.raises(ConfigError, match="rl_loss must be one of 'tokens', 'choice'"):
+    with pytest.raises(ConfigError, match="rl_loss must be one of 'auto', 'tokens', 'choice'"):
         load_config("demo", ["rl_loss=sequence"])
+
+
+@pytest.mark.parametrize("mode, expected", [("choose", "choice"), ("generate", "tokens")])
+def test_auto_is_the_choice_loss_in_choose_mode_only(tmp_path, mode, expected):
+    ov = [*BASE, f"output_dir={tmp_path}", f"run_name={mode}", f"action_mode={mode}", "rl_loss=auto", "prompt_style=action_only"]
+    t = Trainer(load_config("demo", ov))
+    t.pool.close()
+    assert t.rl_loss == expected

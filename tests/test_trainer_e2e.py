@@ -200,6 +200,9 @@ def test_one_update_on_generated_alfworld(tmp_path, mode):
     assert not set(trainer.val_task_ids) & set(trainer.train_task_ids)  # validation held out
     summary = trainer.train()
     trajs = _check_run(Path(summary["run_dir"]), cfg, all_rows=mode != "choose")
+    # rl_loss = auto: the choose policy's choice log-probability in choose mode, tokens otherwise
+    rl_loss = "choice" if mode == "choose" else "tokens"
+    assert summary["rl_loss"] == rl_loss and f"rl_loss {rl_loss})" in (Path(summary["run_dir"]) / "summary.txt").read_text()
     if mode == "choose":
         assert trainer.rollout_model is not None and next(trainer.rollout_model.parameters()).dtype == torch.bfloat16
         # the rollout copy holds the trained weights (rounded to bf16) after the update

@@ -101,7 +101,7 @@ class TrainConfig:
     # --- credit and objective ---------------------------------------------------------------
     estimator: str = _f("graphgpo", "Credit estimator by name (wrappers.credit.available_estimators()).")
     estimator_params: dict = _f({}, "Keyword parameters of the estimator (e.g. {gamma = 0.1}).")
-    rl_loss: str = _f("tokens", "What the PPO ratio, KL and entropy are computed on: 'tokens' (the response's tokens; SPEC §5, the papers' objective, both action modes) or 'choice' (choose mode only: the choose policy's own log-probability of the sampled action, log-softmax over the admissible actions' scores at the rollout temperature; one ratio per decision, the entropy of the choice distribution).", ("tokens", "choice"))
+    rl_loss: str = _f("auto", "What the PPO ratio, KL and entropy are computed on: 'tokens' (the response's tokens; SPEC §5, the papers' objective in generate mode), 'choice' (choose mode only: the choose policy's own log-probability of the sampled action, log-softmax over the admissible actions' scores at the rollout temperature; one ratio per decision, the entropy of the choice distribution) or 'auto' (choice in choose mode, else tokens).", ("auto", "tokens", "choice"))
     pair_coef: float = _f(0.05, "λ_pair: weight of MCGPO's pairwise loss (used when the estimator returns pairs).")
     clip_ratio: float = _f(0.2, "PPO clip ε: ρ is clipped to [1-ε, 1+ε].")
     dual_clip: float = _f(3.0, "Dual-clip constant c: for A < 0 the loss is min(ℓ_clip, -c·A).")

@@ -88,7 +88,8 @@ def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
 
 def summary_text(run: RunInfo) -> str:
     """A short plain-text summary of one run."""
-    lines = [f"run {run['name']}  (estimator {run['method']}, seed {run['seed']})"]
+    rl_loss = (run.get("summary") or {}).get("rl_loss")
+    lines = [f"run {run['name']}  (estimator {run['method']}, seed {run['seed']}" + (f", rl_loss {rl_loss})" if rl_loss else ")")]
     if run["eval"]:
         lines.append("validation success by update: " + ", ".join(f"{r['update']}: {r.get('success', 0):.3f}" for r in run["eval"]))
         first, last = run["eval"][0], run["eval"][-1]

@@ -225,6 +225,7 @@ class Trainer:
             self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
         self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
                                     model_path=None if cfg.backend == "transformers" else cfg.model, seed=cfg.seed)
+        self.rl_loss = cfg.rl_loss if cfg.rl_loss != "auto" else ("choice" if cfg.action_mode == "choose" else "tokens")
         from wrappers.credit import get_estimator
 
         self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
@@ -315,7 +316,7 @@ class Trainer:
         with ctx, self.accelerator.autocast():
             for s in range(0, len(rows), self.cfg.logprob_batch_rows):
                 chunk = rows[s:s + self.cfg.logprob_batch_rows]
-                if self.cfg.rl_loss == "choice":
+                if self.rl_loss == "choice":
                     logp, _ = self._choice_logprobs(model, chunk, with_entropy=False)
                     out += [v.float().cpu() for v in logp]
                     continue
@@ -343,7 +344,7 @@ class Trainer:
         ``rl_loss = "choice"``."""
         dev = self.accelerator.device
         adv = torch.tensor([rows[i].advantage for i in idx], dtype=torch.float32, device=dev)
-        if self.cfg.rl_loss == "choice":
+        if self.rl_loss == "choice":
             with self.accelerator.autocast():
                 logp, ent = self._choice_logprobs(self.model, [rows[i] for i in idx], with_entropy=True)
             mask = torch.ones_like(logp, dtype=torch.long)
@@ -633,6 +634,7 @@ class Trainer:
             "resumed_from": self.resumed_from,
             "warm_start": self.warm_start_stats,
             "warm_start_eval": self.warm_start_eval,
+            "rl_loss": self.rl_loss,
         }
         if acc.is_main_process:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
