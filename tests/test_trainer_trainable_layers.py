@@ -46,8 +46,10 @@ def test_train_top_layers_counts_and_rejects_bad_values():
     one, two = train_top_layers(model, 1), train_top_layers(model, 2)
     assert 0 < one < two < total  # two blocks still leave the embeddings frozen
     assert two == total - model.get_input_embeddings().weight.numel()
-    with pytest.raises(ValueError, match="between 1 and 2"):
-        train_top_layers(model, 3)
+    # a preset sized for a deeper model still runs: more blocks than the model has = all blocks
+    assert train_top_layers(model, 30) == two
+    with pytest.raises(ValueError, match="≥ 1"):
+        train_top_layers(model, 0)
     with pytest.raises(ConfigError, match="trainable_layers must be 0 when lora=true"):
         load_config("demo", ["trainable_layers=4", "lora=true"])
     with pytest.raises(ConfigError, match="trainable_layers must be an integer ≥ 0"):

@@ -271,8 +271,10 @@ def train_top_layers(model: Any, n: int) -> int:
     Returns:
         The number of trainable parameters.
 
+    ``n`` above the model's block count trains every block (with a warning).
+
     Raises:
-        ValueError: ``n`` is not in ``1..(number of blocks)``, or the model has no
+        ValueError: ``n < 1``, or the model has no
             ``get_decoder().layers`` list of blocks (llama, qwen2, mistral and most causal
             LMs of transformers have one).
 
@@ -287,8 +289,12 @@ def train_top_layers(model: Any, n: int) -> int:
     layers = getattr(decoder, "layers", None)
     if layers is None or not len(layers):
         raise ValueError(f"trainable_layers: {type(model).__name__} has no get_decoder().layers list of transformer blocks")
-    if not 1 <= n <= len(layers):
-        raise ValueError(f"trainable_layers must be between 1 and {len(layers)} (the model's blocks); got {n}")
+    if n < 1:
+        raise ValueError(f"trainable_layers must be ≥ 1 here; got {n}")
+    if n > len(layers):
+        log.warning("trainable_layers = %d but %s has %d blocks: training all of them (embeddings stay frozen)",
+                    n, type(model).__name__, len(layers))
+        n = len(layers)
     model.requires_grad_(False)
     for block in list(layers)[-n:]:
         block.requires_grad_(True)
