@@ -55,6 +55,9 @@ def test_choice_logprob_and_entropy_are_those_of_the_choose_policy(trainer):
     assert torch.allclose(logp[:, 0].double(), p.log(), atol=1e-4)
     assert torch.allclose(ent[:, 0].double(), -(p * p.log()).sum().expand(4), atol=1e-4)
     assert torch.allclose(logp.exp().sum().double(), torch.tensor(1.0, dtype=torch.float64), atol=1e-4)
+    # a generated decision (no candidate set) cannot be trained on its choice: a clear error
+    with pytest.raises(ValueError, match="rl_loss='tokens'"):
+        trainer._choice_logprobs(trainer.unwrapped, [TrainRow(PROMPT, CANDS[0], 1.0, 0, 0, 0)], with_entropy=False)
     # the no-grad path (old / reference log-probs) gives the same numbers
     old = trainer._logprobs(rows, reference=False)
     assert [v.shape for v in old] == [(1,)] * 4

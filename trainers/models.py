@@ -268,10 +268,10 @@ def train_top_layers(model: Any, n: int) -> int:
     stay fixed, so the backward pass stops at the lowest trainable block: on a CPU a
     choice-loss step with 10 of SmolLM2's 30 blocks trainable takes about half the time.
 
+    ``n`` above the model's block count trains every block (with a warning).
+
     Returns:
         The number of trainable parameters.
-
-    ``n`` above the model's block count trains every block (with a warning).
 
     Raises:
         ValueError: ``n < 1``, or the model has no
@@ -302,4 +302,3 @@ def train_top_layers(model: Any, n: int) -> int:
     if norm is not None:
         norm.requires_grad_(True)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-

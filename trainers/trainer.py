@@ -330,6 +330,9 @@ class Trainer:
         """``rl_loss = "choice"``: log π(chosen | prompt) of the choose policy, the log-softmax
         of the admissible actions' scores at the rollout temperature, as ``[B, 1]`` (one
         "token" per decision), and the entropy of that choice distribution (``[B, 1]``)."""
+        if any(r.chosen < 0 or r.chosen >= len(r.candidates) for r in rows):
+            raise ValueError("rl_loss='choice' needs every row's scored candidates and chosen index; a decision "
+                             "without admissible actions was generated instead (use rl_loss='tokens' for such environments)")
         scores = candidate_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows],
                                     pad_id=self.tokenizer.pad_token_id)
         logsm = [torch.log_softmax(sc / self.cfg.temperature, dim=0) for sc in scores]
@@ -348,7 +351,10 @@ class Trainer:
             with self.accelerator.autocast():
                 logp, ent = self._choice_logprobs(self.model, [rows[i] for i in idx], with_entropy=True)
             mask = torch.ones_like(logp, dtype=torch.long)
-            pick = (lambda vals: None if vals is None else torch.stack([vals[i] for i in idx]).reshape(-1, 1).to(dev))
+
+            def pick(vals: list[torch.Tensor] | None) -> torch.Tensor | None:
+                return None if vals is None else torch.stack([vals[i] for i in idx]).reshape(-1, 1).to(dev)
+
             return logp, ent, mask, pick(old), pick(ref), adv
         batch, old_lp, ref_lp, adv = self._packed(rows, idx, old, ref)
         with self.accelerator.autocast():
