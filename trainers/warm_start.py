@@ -32,9 +32,9 @@ import torch
 
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool
+from trainers.generation import candidate_logprobs
 from trainers.objective import pack_rows, sequence_logprobs
 from trainers.prompts import format_action
-from trainers.generation import candidate_logprobs
 from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, decision_prompt, fill_slots
 
 __all__ = ["ExpertRow", "behaviour_clone", "expert_rows"]
