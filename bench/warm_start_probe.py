@@ -28,11 +28,11 @@ from accelerate import Accelerator
 
 from agent_envs.rollout import EnvPool
 from trainers.config import load_config
-from trainers.generation import score_candidates
+from trainers.generation import choice_logprobs, score_candidates
 from trainers.models import load_policy, train_top_layers
 from trainers.rollouts import RolloutSettings, TaskRef
 from trainers.trainer import list_tasks
-from trainers.warm_start import _row_losses, behaviour_clone, expert_rows
+from trainers.warm_start import behaviour_clone, expert_rows
 
 
 def main() -> None:
@@ -75,7 +75,11 @@ def main() -> None:
         m.train()
         for rep in range(2):  # the first pass warms up kernels and allocator
             t0 = time.perf_counter()
-            loss = _row_losses(m, acc, tr_rows[:8], pad, "choice").sum()
+            batch = tr_rows[:8]
+            with acc.autocast():
+                logp, _ = choice_logprobs(m, [r.prompt_ids for r in batch], [r.candidates for r in batch],
+                                          [r.chosen for r in batch], pad_id=pad)
+            loss = -logp.sum()
             t1 = time.perf_counter()
             acc.backward(loss)
             t2 = time.perf_counter()

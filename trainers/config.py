@@ -187,6 +187,13 @@ class TrainConfig:
         self._validate_estimator()
         return self
 
+    def loss_unit(self, value: str) -> str:
+        """Resolve a loss setting (``warm_start_loss`` or ``rl_loss``): ``"auto"`` is
+        ``"choice"`` in choose mode and ``"tokens"`` otherwise; other values stand."""
+        if value != "auto":
+            return value
+        return "choice" if self.action_mode == "choose" else "tokens"
+
     def _validate_estimator(self) -> None:
         from wrappers.credit import available_estimators, get_estimator
 

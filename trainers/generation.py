@@ -27,7 +27,8 @@ import torch
 
 from trainers.objective import pack_rows, sequence_logprobs
 
-__all__ = ["GenerationBackend", "TransformersBackend", "VLLMBackend", "candidate_logprobs", "make_backend", "score_candidates"]
+__all__ = ["GenerationBackend", "TransformersBackend", "VLLMBackend", "candidate_logprobs", "choice_logprobs", "make_backend",
+           "score_candidates"]
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,35 @@ def candidate_logprobs(
     scores: list[Any] = [None] * len(trees)
     _score_trees(model, trees, pad_id, device, out=[scores, list(range(len(trees)))], differentiable=True)
     return [s.float() for s in scores]
+
+
+def choice_logprobs(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    candidates: Sequence[Sequence[Sequence[int]]],
+    chosen: Sequence[int],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ``choose`` policy's log-probability of each chosen action, with gradients:
+    ``log softmax(scores / temperature)[chosen]`` over the candidates' summed log-probabilities
+    (:func:`candidate_logprobs`), shape ``[B]``; with ``with_entropy`` also the entropy of each
+    choice distribution (``[B]``). The warm start's choice NLL is ``-logp`` at temperature 1;
+    the trainer's ``rl_loss = "choice"`` uses the rollout temperature.
+
+    Raises:
+        ValueError: a ``chosen`` index is not one of its candidates (e.g. a generated decision).
+    """
+    if any(not 0 <= j < len(c) for j, c in zip(chosen, candidates, strict=True)):
+        raise ValueError("choice_logprobs needs every row's scored candidates and the chosen index; a decision "
+                         "without admissible actions was generated instead (use rl_loss='tokens' for such environments)")
+    scores = candidate_logprobs(model, prompts, candidates, pad_id=pad_id)
+    logsm = [torch.log_softmax(s / temperature, dim=0) for s in scores]
+    logp = torch.stack([ls[j] for ls, j in zip(logsm, chosen)])
+    entropy = torch.stack([-(ls.exp() * ls).sum() for ls in logsm]) if with_entropy else None
+    return logp, entropy
 
 
 class _Tree:

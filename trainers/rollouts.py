@@ -30,7 +30,7 @@ from agent_envs.trajectory import Step, Trajectory
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
-__all__ = ["NO_ACTION", "RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "collect_rollouts", "decision_prompt",
+__all__ = ["NO_ACTION", "RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "candidate_ids", "collect_rollouts", "decision_prompt",
            "fill_slots"]
 
 log = logging.getLogger(__name__)
@@ -196,14 +196,13 @@ def collect_rollouts(
     first = pool.reset(reqs)
     stats["env_s"] += time.perf_counter() - te
     eps = [_Episode(k // group_size, k % group_size, tasks[k // group_size], obs, info) for k, (obs, info) in enumerate(first)]
-    eos = tokenizer.eos_token_id
     for _turn in range(settings.max_steps):
         live = [e for e in eps if not e.done]
         if not live:
             break
         prompts = [decision_prompt(tokenizer, e.goal, e.obs, e.info, e.history, settings) for e in live]
         tp = time.perf_counter()
-        actions, decided, texts = _decide(model, tokenizer, backend, live, prompts, settings, eos)
+        actions, decided, texts = _decide(model, tokenizer, backend, live, prompts, settings)
         stats["policy_s"] += time.perf_counter() - tp
         stats["gen_tokens"] += sum(len(r.response_ids) for r in decided)
         stats["prompt_tokens"] += sum(len(p) for p in prompts)
@@ -294,8 +293,16 @@ def fill_slots(action: str, goal: str) -> str:
     return _SLOT.sub(lambda _m: " ".join(goal.lower().split()), action, count=1)
 
 
+def candidate_ids(tokenizer: Any, admissible: Sequence[str], goal: str) -> list[list[int]]:
+    """The response ids ``choose`` mode scores for each admissible action:
+    ``<action>a</action>`` (slots filled with :func:`fill_slots`) followed by EOS. The
+    rollouts and the warm start's expert rows both build their candidates here."""
+    eos = tokenizer.eos_token_id
+    return [tokenizer.encode(format_action(fill_slots(str(a), goal)), add_special_tokens=False) + [eos] for a in admissible]
+
+
 def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live: list[_Episode],
-            prompts: list[list[int]], settings: RolloutSettings, eos: int) -> tuple[list[str], list[RowTokens], list[str]]:
+            prompts: list[list[int]], settings: RolloutSettings) -> tuple[list[str], list[RowTokens], list[str]]:
     """Actions, training rows and response texts for the live episodes."""
     n = len(live)
     actions: list[str] = [""] * n
@@ -312,7 +319,7 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live:
                 continue
             idx.append(k)
             cands.append(adm)
-            cand_ids.append([tokenizer.encode(format_action(a), add_special_tokens=False) + [eos] for a in adm])
+            cand_ids.append(candidate_ids(tokenizer, adm, e.goal))
         if idx:
             scores = score_candidates(model, [prompts[k] for k in idx], cand_ids,
                                       pad_id=tokenizer.pad_token_id, max_rows=settings.batch_rows)

@@ -53,7 +53,7 @@ from trainers.checkpoint import (
 )
 from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics, l5, normalized_auc
-from trainers.generation import candidate_logprobs, make_backend
+from trainers.generation import choice_logprobs, make_backend
 from trainers.metrics import MetricsLogger
 from trainers.models import apply_lora, load_policy, train_top_layers
 from trainers.objective import (
@@ -225,7 +225,7 @@ class Trainer:
             self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
         self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
                                     model_path=None if cfg.backend == "transformers" else cfg.model, seed=cfg.seed)
-        self.rl_loss = cfg.rl_loss if cfg.rl_loss != "auto" else ("choice" if cfg.action_mode == "choose" else "tokens")
+        self.rl_loss = cfg.loss_unit(cfg.rl_loss)
         from wrappers.credit import get_estimator
 
         self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
@@ -327,57 +327,43 @@ class Trainer:
         return out
 
     def _choice_logprobs(self, model: Any, rows: list[TrainRow], *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``rl_loss = "choice"``: log π(chosen | prompt) of the choose policy, the log-softmax
-        of the admissible actions' scores at the rollout temperature, as ``[B, 1]`` (one
-        "token" per decision), and the entropy of that choice distribution (``[B, 1]``)."""
-        if any(r.chosen < 0 or r.chosen >= len(r.candidates) for r in rows):
-            raise ValueError("rl_loss='choice' needs every row's scored candidates and chosen index; a decision "
-                             "without admissible actions was generated instead (use rl_loss='tokens' for such environments)")
-        scores = candidate_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows],
-                                    pad_id=self.tokenizer.pad_token_id)
-        logsm = [torch.log_softmax(sc / self.cfg.temperature, dim=0) for sc in scores]
-        logp = torch.stack([ls[r.chosen] for ls, r in zip(logsm, rows)])[:, None]
-        entropy = torch.stack([-(ls.exp() * ls).sum() for ls in logsm])[:, None] if with_entropy else None
-        return logp, entropy
+        """``rl_loss = "choice"``: the choose policy's log-probability of each row's chosen
+        action at the rollout temperature, and that choice's entropy, as ``[B, 1]`` (one
+        "token" per decision)."""
+        logp, entropy = choice_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows],
+                                        [r.chosen for r in rows], pad_id=self.tokenizer.pad_token_id,
+                                        temperature=self.cfg.temperature, with_entropy=with_entropy)
+        return logp[:, None], None if entropy is None else entropy[:, None]
 
     def _policy_terms(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor] | None,
                       ref: list[torch.Tensor] | None):
         """One micro-batch's ``(logp, entropy, mask, old_logp, ref_logp, advantages)`` under
         the trained model (with gradients): per response token, or per decision with
-        ``rl_loss = "choice"``."""
+        ``rl_loss = "choice"`` (then every row has one "token")."""
         dev = self.accelerator.device
-        adv = torch.tensor([rows[i].advantage for i in idx], dtype=torch.float32, device=dev)
-        if self.rl_loss == "choice":
-            with self.accelerator.autocast():
-                logp, ent = self._choice_logprobs(self.model, [rows[i] for i in idx], with_entropy=True)
-            mask = torch.ones_like(logp, dtype=torch.long)
-
-            def pick(vals: list[torch.Tensor] | None) -> torch.Tensor | None:
-                return None if vals is None else torch.stack([vals[i] for i in idx]).reshape(-1, 1).to(dev)
-
-            return logp, ent, mask, pick(old), pick(ref), adv
-        batch, old_lp, ref_lp, adv = self._packed(rows, idx, old, ref)
-        with self.accelerator.autocast():
-            logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
-        return logp, ent, batch.response_mask, old_lp, ref_lp, adv
-
-    def _packed(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None):
-        pad = self.tokenizer.pad_token_id
         sel = [rows[i] for i in idx]
-        batch = pack_rows([r.prompt_ids for r in sel], [r.response_ids for r in sel], pad)
-        width = batch.response_ids.shape[1]
+        with self.accelerator.autocast():
+            if self.rl_loss == "choice":
+                logp, ent = self._choice_logprobs(self.model, sel, with_entropy=True)
+                mask = torch.ones_like(logp, dtype=torch.long)
+            else:
+                batch = pack_rows([r.prompt_ids for r in sel], [r.response_ids for r in sel], self.tokenizer.pad_token_id).to(dev)
+                logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
+                mask = batch.response_mask
+        width = mask.shape[1]
 
-        def right_align(vals: list[torch.Tensor]) -> torch.Tensor:
+        def right_align(vals: list[torch.Tensor] | None) -> torch.Tensor | None:
+            """Per-row values (old / reference log-probs) laid out like the response window."""
+            if vals is None:
+                return None
             t = torch.zeros((len(idx), width))
             for k, i in enumerate(idx):
-                v = vals[i]
-                if len(v):
-                    t[k, width - len(v):] = v
-            return t
+                if len(vals[i]):
+                    t[k, width - len(vals[i]):] = vals[i]
+            return t.to(dev)
 
-        adv = torch.tensor([r.advantage for r in sel], dtype=torch.float32)
-        return (batch.to(self.accelerator.device), None if old is None else right_align(old).to(self.accelerator.device),
-                None if ref is None else right_align(ref).to(self.accelerator.device), adv.to(self.accelerator.device))
+        adv = torch.tensor([r.advantage for r in sel], dtype=torch.float32, device=dev)
+        return logp, ent, mask, right_align(old), right_align(ref), adv
 
     def _dummy_batch(self) -> PackedBatch:
         pad = self.tokenizer.pad_token_id
@@ -578,7 +564,7 @@ class Trainer:
         stats = behaviour_clone(self.model, self.accelerator, rows, pad_id=self.tokenizer.pad_token_id,
                                 lr=cfg.warm_start_lr, epochs=cfg.warm_start_epochs, batch_rows=cfg.warm_start_batch_rows,
                                 micro_rows=cfg.micro_batch_rows, seed=cfg.seed, rank=self.rank, world=self.world,
-                                max_grad_norm=cfg.max_grad_norm, loss=self._warm_start_loss())
+                                max_grad_norm=cfg.max_grad_norm, loss=cfg.loss_unit(cfg.warm_start_loss))
         self._sync_rollout_model()
         if cfg.backend != "transformers":
             self.backend.sync_weights(self.unwrapped)
@@ -587,7 +573,7 @@ class Trainer:
         elif cfg.lora and cfg.kl_coef > 0:
             log.warning("warm start with LoRA: the KL reference stays the base model (adapters disabled)")
         stats["tasks"] = float(n)
-        stats["choice_loss"] = float(self._warm_start_loss() == "choice")
+        stats["choice_loss"] = float(cfg.loss_unit(cfg.warm_start_loss) == "choice")
         stats["seconds"] = time.perf_counter() - t0
         self.phase_seconds["warm_start"] = stats["seconds"]
         self.metrics.log(0, "warm_start", stats)
@@ -600,11 +586,6 @@ class Trainer:
             self.warm_start_eval = res
         self.warm_start_stats = stats
         return stats
-
-    def _warm_start_loss(self) -> str:
-        if self.cfg.warm_start_loss != "auto":
-            return self.cfg.warm_start_loss
-        return "choice" if self.cfg.action_mode == "choose" else "tokens"
 
     def _eval_and_log(self, update: int) -> None:
         res = self.evaluate(update)

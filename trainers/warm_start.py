@@ -32,10 +32,9 @@ import torch
 
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool
-from trainers.generation import candidate_logprobs
+from trainers.generation import choice_logprobs
 from trainers.objective import pack_rows, sequence_logprobs
-from trainers.prompts import format_action
-from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, decision_prompt, fill_slots
+from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, candidate_ids, decision_prompt
 
 __all__ = ["ExpertRow", "behaviour_clone", "expert_rows"]
 
@@ -57,12 +56,7 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
     Raises:
         ValueError: none of ``tasks`` has a walkthrough.
     """
-    eos = tokenizer.eos_token_id
     keyed: list[tuple[int, int, ExpertRow]] = []
-
-    def encode(action: str) -> list[int]:
-        return tokenizer.encode(format_action(action), add_special_tokens=False) + [eos]
-
     for s in range(0, len(tasks), pool.n):
         chunk = list(tasks[s:s + pool.n])
         reqs = [(k, ref.seed, {"task": ref.task, **({"split": ref.split} if ref.split is not None else {})})
@@ -86,7 +80,7 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
                     ep["done"] = True
                     continue
                 prompt = decision_prompt(tokenizer, ep["goal"], ep["obs"], ep["info"], ep["history"], settings)
-                cands = [encode(fill_slots(a, ep["goal"])) for a in admissible]
+                cands = candidate_ids(tokenizer, admissible, ep["goal"])
                 chosen = admissible.index(action)
                 keyed.append((s + ep["slot"], t, ExpertRow(prompt, cands[chosen], cands, chosen)))
                 moves.append((ep, action))
@@ -112,7 +106,7 @@ def behaviour_clone(model: Any, accelerator: Any, rows: Sequence[ExpertRow], *, 
     format; right for ``generate`` mode). ``loss="choice"``: the NLL of the expert's choice
     under the ``choose``-mode policy, ``-log softmax_a(log π(a | prompt))[expert]`` over the
     admissible actions' responses (scored with gradients in one prefix-tree forward per
-    prompt, :func:`trainers.generation.candidate_logprobs`), which trains the preference
+    prompt, :func:`trainers.generation.choice_logprobs`), which trains the preference
     between actions directly.
 
     Every process holds all ``rows`` and takes every ``world``-th row of each mini-batch of
@@ -172,8 +166,9 @@ def _row_losses(model: Any, accelerator: Any, rows: Sequence[ExpertRow], pad_id:
         return logp.sum(1) * 0.0
     if loss == "choice":
         with accelerator.autocast():
-            scores = candidate_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows], pad_id=pad_id)
-        return torch.stack([-torch.log_softmax(s, dim=0)[r.chosen] for s, r in zip(scores, rows)])
+            logp, _ = choice_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows],
+                                      [r.chosen for r in rows], pad_id=pad_id)
+        return -logp
     batch = pack_rows([r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id).to(accelerator.device)
     with accelerator.autocast():
         logp, _ = sequence_logprobs(model, batch)
