@@ -240,3 +240,52 @@ def test_explicit_next_state_in_the_middle_and_batch_graph() -> None:
     db = b.success_distances()
     assert db[b.indices[1]["s1"]] == 1 and db[b.indices[0]["s0"]] == 3
     assert b.success_nodes.tolist() == [b.indices[0][SUCCESS], b.indices[1][SUCCESS]]
+
+
+def penalty_group() -> list[Trajectory]:
+    """τ0 wins s0-a->s1-b->SUCCESS; τ1 tries an invalid x at s0 (−0.1, stays in s0), then
+    s0-a->s1-d->(dead end)."""
+    t0 = Trajectory("T", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], score=1, success=True)
+    t1 = Trajectory("T", 1, [Step("s0", "x", penalty=-0.1, valid=False), Step("s0", "a"), Step("s1", "d")])
+    return [t0, t1]
+
+
+def test_penalty_in_graph_return_as_verl_agent() -> None:
+    # D: SUCCESS 0, s1 1, s0 2, Terminal(1) unreachable -> max 2 + 1 = 3; R = 10·0.1^D(next):
+    #   τ0: s1 -> 1, SUCCESS -> 10;  τ1: s0 -> 0.1, s1 -> 1, Terminal -> 0.01
+    # verl-agent adds the penalty to the stored return: τ1's invalid row gets 0.1 − 0.1 = 0.
+    plain = graphgpo_credit(penalty_group(), gamma=0.1)
+    verl = graphgpo_credit(penalty_group(), gamma=0.1, penalty_in_graph_return=True)
+    np.testing.assert_allclose(plain.returns[1], [0.1, 1.0, 0.01], rtol=1e-12)
+    np.testing.assert_allclose(verl.returns[1], [0.0, 1.0, 0.01], atol=1e-15)
+    np.testing.assert_allclose(verl.returns[0], [1.0, 10.0], rtol=1e-12)
+    # anchor s0 = rows {τ0 step 0, τ1 step 0, τ1 step 1}:
+    #   plain {1, 0.1, 1}: mean 0.7, deviations (0.3, −0.6, 0.3), sample std √0.27
+    #   verl  {1, 0, 1}:   mean 2/3, deviations (1/3, −2/3, 1/3), sample std √(1/3)
+    sp, sv = math.sqrt(0.27) + EPS, math.sqrt(1 / 3) + EPS
+    np.testing.assert_allclose([plain.step[0][0], plain.step[1][0], plain.step[1][1]],
+                               [0.3 / sp, -0.6 / sp, 0.3 / sp], rtol=1e-9)
+    np.testing.assert_allclose([verl.step[0][0], verl.step[1][0], verl.step[1][1]],
+                               [1 / 3 / sv, -2 / 3 / sv, 1 / 3 / sv], rtol=1e-12)
+    # anchor s1 = {10 (τ0), 0.01 (τ1)}: no penalty there, the same in both modes
+    x = two_norm(10.0, 0.01)
+    for c in (plain, verl):
+        np.testing.assert_allclose([c.step[0][1], c.step[1][2]], [x, -x], rtol=1e-12)
+    # the episode term (Z = O + penalty) does not change
+    for a, b in zip(plain.episode, verl.episode):
+        np.testing.assert_array_equal(a, b)
+    # the estimator and the flat rows take the option too
+    est = get_estimator("graphgpo", gamma=0.1, penalty_in_graph_return=True)
+    res = est([penalty_group()])[0]
+    for got, want in zip(res.advantages, verl.advantages):
+        np.testing.assert_array_equal(got, want)
+    assert est.params()["penalty_in_graph_return"] is True
+    from wrappers.credit.flat import flat_advantages
+
+    rows = [(0, s) for s in penalty_group()[0].steps] + [(1, s) for s in penalty_group()[1].steps]
+    flat = flat_advantages(
+        "graphgpo", params={"gamma": 0.1, "penalty_in_graph_return": True},
+        group_id=["T"] * 5, traj_id=[i for i, _ in rows], state_key=[s.state_key for _, s in rows],
+        reward=[s.reward for _, s in rows], penalty=[s.penalty for _, s in rows],
+        valid=[s.valid for _, s in rows], action=[s.action for _, s in rows])
+    np.testing.assert_array_equal(flat, np.concatenate(verl.advantages))

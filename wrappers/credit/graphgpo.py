@@ -14,9 +14,12 @@ success [GraphGPO notes §5.2]; states that cannot reach success get max finite 
 * A = step_weight·A^G + episode_weight·Norm_task(Z_i), Z_{i,t} = O_i + penalty_{i,t}
   [notes §5.3, β^G = β^E = 1; MCGPO A.3 Eq. 12].
 
-The graph return carries no penalty term: SPEC §4.3 defines it from distances only (an
-invalid action that leaves the state unchanged is already a self-loop that makes no
-progress); penalties enter through Z in the episode term.
+By default the graph return carries no penalty term: SPEC §4.3 defines it from distances
+only (an invalid action that leaves the state unchanged is already a self-loop that makes no
+progress); penalties enter through Z in the episode term.  ``penalty_in_graph_return=True``
+reproduces verl-agent's GraphGPO trainer, which adds the row penalty to the stored graph
+return before the anchor-group normalisation: R^graph_t = success_reward·γ^{D(s_{t+1})} +
+penalty_t (an invalid row gets 10·γ^D − 0.1).
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def graphgpo_batch(
     episode_weight: float = 1.0,
     episode_norm: str = "rows",
     graph: TransitionGraph | None = None,
+    penalty_in_graph_return: bool = False,
 ) -> list[GraphCredit]:
     """GraphGPO task credit for a batch of groups, vectorised over the whole batch.
 
@@ -81,6 +85,8 @@ def graphgpo_batch(
         step_weight, episode_weight: β^G and β^E.
         episode_norm: ``"rows"`` or ``"trajectories"`` (see :func:`~wrappers.credit.common.task_norm`).
         graph: A prebuilt :meth:`TransitionGraph.from_groups` of ``groups``.
+        penalty_in_graph_return: Add each row's penalty to R^graph before the anchor-group
+            normalisation (verl-agent's trainer); the returned ``returns`` include it.
 
     Returns:
         One :class:`GraphCredit` per group, in order.
@@ -88,6 +94,8 @@ def graphgpo_batch(
     check_choice("norm", norm, NORMS)
     g = TransitionGraph.from_groups(groups) if graph is None else graph
     r = g.graph_returns(gamma, success_reward, unreachable)
+    if penalty_in_graph_return:
+        r = r + g.penalty
     step = segment_normalize(r, g.src, norm, g.n_nodes)
     episode = g.episode_term(norm, episode_norm)
     adv = step_weight * step + episode_weight * episode
@@ -130,6 +138,8 @@ class GraphGPO(Estimator):
         step_weight: β^G (1).
         episode_weight: β^E (1).
         episode_norm: ``"rows"`` or ``"trajectories"``.
+        penalty_in_graph_return: Add the row penalty to R^graph before the anchor-group
+            normalisation, as verl-agent's GraphGPO trainer does (default False: SPEC §4.3).
 
     ``CreditResult.shaped_rewards`` holds R^graph; ``stats`` holds ``nodes``, ``edges``,
     ``reuse_rate``, ``success_reachable_share``, ``tie_rate`` (see
@@ -138,7 +148,7 @@ class GraphGPO(Estimator):
 
     def __init__(self, *, gamma: float = 0.1, success_reward: float = 10.0, unreachable: str = "max_plus_one",
                  norm: str = "mean_std", step_weight: float = 1.0, episode_weight: float = 1.0,
-                 episode_norm: str = "rows") -> None:
+                 episode_norm: str = "rows", penalty_in_graph_return: bool = False) -> None:
         check_choice("norm", norm, NORMS)
         check_choice("unreachable", unreachable, UNREACHABLE)
         check_choice("episode_norm", episode_norm, ("rows", "trajectories"))
@@ -151,10 +161,12 @@ class GraphGPO(Estimator):
         self.step_weight = float(step_weight)
         self.episode_weight = float(episode_weight)
         self.episode_norm = episode_norm
+        self.penalty_in_graph_return = bool(penalty_in_graph_return)
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
         """Credit for validated groups, in one vectorised pass over the batch."""
         credits = graphgpo_batch(groups, gamma=self.gamma, success_reward=self.success_reward,
                                  unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
-                                 episode_weight=self.episode_weight, episode_norm=self.episode_norm)
+                                 episode_weight=self.episode_weight, episode_norm=self.episode_norm,
+                                 penalty_in_graph_return=self.penalty_in_graph_return)
         return [CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats) for c in credits]
