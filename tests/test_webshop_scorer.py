@@ -10,6 +10,7 @@ import pytest
 
 from agent_envs.webshop.catalogue import products_from_raw
 from agent_envs.webshop.scorer import (
+    COLOR_WORDS,
     LexiconNounTagger,
     attribute_reward,
     get_tagger,
@@ -126,13 +127,59 @@ def test_attribute_fuzzy_threshold_and_substring():
 
 
 def test_option_reward_colours_and_none():
-    assert normalize_color("navy blue") == "blue"  # 'blue' precedes 'navy' alphabetically
+    assert normalize_color("navy blue") == "blue"  # 'blue' precedes 'navy' in upstream's list
     assert normalize_color("x-large") == "x-large"
-    assert option_reward(["dark green"], ["green"]) == (1.0, 1)
+    # 'dark' precedes 'green' in upstream's list: "dark green" -> "dark", which is not "green"
+    # (token_set_ratio('dark', 'green') = 2*1/(4+5) = 22: only the 'r' in common)
+    assert option_reward(["dark green"], ["green"]) == (0.0, 0)
+    assert option_reward(["forest green"], ["green"]) == (1.0, 1)
     assert option_reward(["small"], ["large", "red"]) == (0.0, 0)
     assert option_reward(["a"], []) == (None, 0)
     # upper-case goal values are compared lower-cased
     assert option_reward(["blueberry"], ["Blueberry"]) == (1.0, 1)
+
+
+def test_colour_vocabulary_is_upstreams_in_upstreams_order():
+    """COLOR_WORDS is the vocabulary of ../shared/NOTES.md, word for word and in that order
+    (102 words; upstream's list happens to be alphabetical)."""
+    assert len(COLOR_WORDS) == 102 and len(set(COLOR_WORDS)) == 102
+    assert COLOR_WORDS[:6] == ("alabaster", "apricot", "aqua", "ash", "asphalt", "azure")
+    assert COLOR_WORDS[-5:] == ("walnut", "wheat", "white", "wine", "yellow")
+    for word in ("alabaster", "ash", "dark", "light", "natural", "royal", "steel", "walnut"):
+        assert word in COLOR_WORDS
+    for ours_only in ("amber", "crimson", "emerald", "ruby", "salmon", "scarlet"):
+        assert ours_only not in COLOR_WORDS  # words of our former list that upstream lacks
+    assert list(COLOR_WORDS) == sorted(COLOR_WORDS)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    # upstream's own normalize_color suite
+    ("", ""), ("black forest", "black"), ("violet lavender", "lavender"),
+    ("steelivy fuchsia", "fuchsia"), ("123alabaster", "alabaster"), ("webshop", "webshop"),
+    # the first word *of the list* that the value contains wins, not the first in the value:
+    ("light blue", "blue"), ("dark blue", "blue"),       # 'blue' precedes 'dark' and 'light'
+    ("light pink", "light"), ("dark pink", "dark"),      # 'dark'/'light' precede 'pink'
+    ("ash grey", "ash"), ("royal purple", "purple"), ("natural", "natural"),
+    ("walnut", "walnut"), ("steel", "steel"), ("x-large", "x-large"),
+])
+def test_normalize_color_hand_checked(value, expected):
+    assert normalize_color(value) == expected
+
+
+def test_colour_normalisation_applies_to_goal_and_purchase():
+    # light vs dark of a colour listed after them: "light pink" -> "light", "dark pink" -> "dark";
+    # token_set_ratio('light', 'dark') = 0 (no common letter): no match (our former list: both
+    # -> "pink", a match)
+    assert option_reward(["dark pink"], ["light pink"]) == (0.0, 0)
+    # ... and of one listed before them: both -> "blue", a match (as upstream's)
+    assert option_reward(["dark blue"], ["light blue"]) == (1.0, 1)
+    # "123alabaster" -> "alabaster" on either side (our former list left it as it was:
+    # token_set_ratio('123alabaster', 'alabaster') = 2*9/21 = 85.7 -> also > 85, so compare
+    # against a value that only matches after normalisation)
+    assert option_reward(["123alabaster"], ["alabaster white"]) == (1.0, 1)
+    assert option_reward(["alabaster white"], ["123alabaster"]) == (1.0, 1)
+    # a value without a colour word is compared as it is
+    assert option_reward(["webshop"], ["webshop"]) == (1.0, 1)
 
 
 def test_spacy_tagger_is_recorded():

@@ -12,7 +12,8 @@ Upstream's reward for buying ``product`` with ``options`` at ``price`` against a
 * **attributes**: a goal attribute matches when ``token_set_ratio > 85`` against one product
   attribute, else when it is a substring of the lower-cased title, bullet points or
   description; ``r_att = n_att / N_att``.
-* **options**: values are lower-cased (upstream's are lower-case already), colours are normalised (the first colour word contained in the value), then a
+* **options**: values are lower-cased (upstream's are lower-case already), colours are normalised (upstream's vocabulary and order,
+  :data:`COLOR_WORDS`: the first colour word contained in the value replaces it), then a
   goal option matches when ``token_set_ratio > 85`` against one selected option;
   ``r_option = n_opt / N_opt`` (``None`` when the goal has no options).
 * **price**: ``r_price = price <= price_upper``.
@@ -65,15 +66,19 @@ logger = logging.getLogger(__name__)
 
 FUZZY_THRESHOLD = 85
 
-#: Colour words for option normalisation, alphabetical; the first one contained in an option
-#: value replaces it ("navy blue" -> "blue").  Our own list.
-COLOR_WORDS: tuple[str, ...] = tuple(sorted(set("""
-    amber apricot aqua beige black blue blush bronze brown burgundy camel caramel champagne
-    charcoal chocolate coffee copper coral cream crimson denim emerald fuchsia gold gray green
-    grey indigo ivory khaki lavender lilac lime magenta maroon mauve mint mocha mustard navy
-    nude olive orange peach pink plum purple red rose ruby rust salmon sapphire scarlet silver
-    tan taupe teal turquoise violet white wine yellow
-""".split())))
+#: Upstream WebShop's colour vocabulary, in upstream's order (``../shared/NOTES.md``, "WebShop:
+#: upstream's colour vocabulary"): data the option reward depends on.  :func:`normalize_color`
+#: replaces an option value by the first of these words that it contains.
+COLOR_WORDS: tuple[str, ...] = tuple("""
+    alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown
+    burgundy camel camo caramel champagne charcoal cheetah chestnut chocolate christmas coffee
+    cognac copper coral cranberry cream crystal dark denim eggplant elephant espresso fuchsia gold
+    granite grape graphite grass gray green grey heather indigo ivory ivy khaki lavender lemon
+    leopard light lilac lime magenta maroon mauve merlot midnight mint mocha multicolor mushroom
+    mustard natural navy nude olive orange peach pewter pink plum purple rainbow red rose royal
+    rust sand sapphire seashell silver skull slate steel stone stonewash sunflower tan taupe teal
+    tiger turquoise violet walnut wheat white wine yellow
+""".split())
 
 
 # --------------------------------------------------------------------------- taggers
@@ -216,7 +221,17 @@ def get_tagger(kind: str = "auto") -> NounTagger:
 
 # --------------------------------------------------------------------------- components
 def normalize_color(value: str) -> str:
-    """Replace an option value by the first colour word it contains (alphabetical order)."""
+    """Replace an option value by the first word of :data:`COLOR_WORDS` (upstream's vocabulary,
+    in its order) that it contains as a substring; a value containing none is returned unchanged.
+
+    Upstream applies it to both the goal's and the purchased options (see :func:`option_reward`).
+
+    Example:
+        >>> normalize_color("light blue"), normalize_color("dark blue"), normalize_color("navy blue")
+        ('light', 'dark', 'blue')
+        >>> normalize_color("123alabaster"), normalize_color("webshop")
+        ('alabaster', 'webshop')
+    """
     for color in COLOR_WORDS:
         if color in value:
             return color
