@@ -3,7 +3,7 @@
 Layout of ``RUN_DIR/checkpoints/update_000010/``:
 
 * Accelerate's state (``accelerator.save_state``): model (or the whole peft model),
-  optimizer, scheduler and every process's RNG states — FSDP/DeepSpeed handled by Accelerate;
+  optimizer, scheduler and every process's RNG states (single process or DDP);
 * ``trainer_state.json``: update counter, task-sampler state, evaluation history;
 * ``COMPLETE``: written last, before the rename.
 

@@ -29,6 +29,7 @@ __all__ = [
     "PRESETS_DIR",
     "ConfigError",
     "TrainConfig",
+    "VLLM_REMOVED",
     "apply_overrides",
     "available_presets",
     "config_help",
@@ -40,6 +41,12 @@ PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 class ConfigError(ValueError):
     """An invalid configuration; the message names the field and what is allowed."""
+
+
+#: Why ``backend = "vllm"`` is refused, and what to use instead.
+VLLM_REMOVED = ("backend='vllm' was removed (its weight sync was never run and was not LoRA-safe); "
+                "use backend='transformers', or generate with vLLM on GPUs through the TRL or verl "
+                "integrations, which take rubricgym's environments and credit estimators (docs/integrations.md)")
 
 
 def _f(default: Any, help: str, choices: tuple[Any, ...] | None = None, **kw: Any) -> Any:
@@ -94,7 +101,7 @@ class TrainConfig:
     temperature: float = _f(1.0, "Rollout sampling temperature.")
     top_p: float = _f(1.0, "Rollout nucleus sampling (1 = off).")
     val_temperature: float = _f(0.4, "Validation sampling temperature.")
-    backend: str = _f("transformers", "Generation backend: 'transformers' (generate; CPU and GPU) or 'vllm' (GPU, when installed).", ("transformers", "vllm"))
+    backend: str = _f("transformers", "Generation backend: 'transformers' (generate on the policy itself; CPU and GPU). For vLLM on GPUs use the TRL or verl integrations (docs/integrations.md).", ("transformers",))
     rollout_batch_size: int = _f(64, "Most sequences generated or scored in one forward batch.")
     save_rollouts: bool = _f(True, "Write each update's trajectories to rollouts/update_XXXXX.jsonl.")
 
@@ -145,6 +152,8 @@ class TrainConfig:
 
     def validate(self) -> TrainConfig:
         """Check every field; raise :class:`ConfigError` naming the first bad one."""
+        if self.backend == "vllm":
+            raise ConfigError(VLLM_REMOVED)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             choices = f.metadata.get("choices")
@@ -182,8 +191,6 @@ class TrainConfig:
             raise ConfigError("trainable_layers must be 0 when lora=true (LoRA already chooses what trains)")
         if self.rl_loss == "choice" and self.action_mode != "choose":
             raise ConfigError("rl_loss='choice' needs action_mode='choose' (generated responses have no candidate set)")
-        if self.action_mode == "choose" and self.backend == "vllm":
-            raise ConfigError("backend must be 'transformers' when action_mode='choose' (choose scores actions with the training model)")
         self._validate_estimator()
         return self
 

@@ -1,9 +1,8 @@
 """Generation backends and action scoring for rollouts.
 
 * :class:`TransformersBackend` — batched ``model.generate`` on left-padded prompts (CPU and
-  GPU; the default).
-* :class:`VLLMBackend` — vLLM on a GPU when installed; weights are pushed to it after every
-  update.  Same interface.
+  GPU; the only backend).  For vLLM-speed generation on GPUs, feed rubricgym's environments
+  and estimators to TRL or verl instead (``docs/integrations.md``).
 * :func:`score_candidates` — ``choose`` mode: the log-probability of every admissible action's
   response under the policy; each prompt and the prefix tree of all its candidates go
   through the model as one sequence with a tree attention mask, several prompts per forward.
@@ -25,9 +24,10 @@ from typing import Any, Protocol
 
 import torch
 
+from trainers.config import VLLM_REMOVED
 from trainers.objective import pack_rows, sequence_logprobs
 
-__all__ = ["GenerationBackend", "TransformersBackend", "VLLMBackend", "candidate_logprobs", "choice_logprobs", "make_backend",
+__all__ = ["GenerationBackend", "TransformersBackend", "candidate_logprobs", "choice_logprobs", "make_backend",
            "score_candidates"]
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,6 @@ class GenerationBackend(Protocol):
 
     def generate(self, prompts: Sequence[Sequence[int]], *, temperature: float, top_p: float, max_new_tokens: int) -> list[list[int]]:
         """Sample one response per prompt; return the response token ids (eos kept, pads dropped)."""
-        ...
-
-    def sync_weights(self, model: Any) -> None:
-        """Make the generator use ``model``'s current weights."""
         ...
 
 
@@ -59,10 +55,6 @@ class TransformersBackend:
         self.pad_id = tokenizer.pad_token_id
         self.eos_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
         self.batch_size = batch_size
-
-    def sync_weights(self, model: Any) -> None:
-        """Nothing to copy: generation runs on the training model."""
-        self.model = model
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], *, temperature: float, top_p: float, max_new_tokens: int) -> list[list[int]]:
@@ -103,48 +95,17 @@ class TransformersBackend:
         return out
 
 
-class VLLMBackend:
-    """Generation with vLLM (GPU).  Weights are loaded into the engine after each update.
+def make_backend(name: str, model: Any, tokenizer: Any, *, batch_size: int) -> GenerationBackend:
+    """Build the backend named in the configuration (only ``"transformers"``).
 
-    Args:
-        model_path: Folder or hub id vLLM starts from (same architecture as the policy).
-        gpu_memory_utilization: vLLM's share of GPU memory (the trainer needs the rest).
+    Raises:
+        ValueError: any other name; ``"vllm"`` is told where vLLM generation lives now.
     """
-
-    def __init__(self, model_path: str, *, gpu_memory_utilization: float = 0.3, max_model_len: int = 8192, seed: int = 0) -> None:
-        try:
-            from vllm import LLM
-        except ImportError as exc:  # pragma: no cover - depends on the machine
-            raise ImportError("backend='vllm' needs the vllm package (GPU machines): pip install vllm") from exc
-        self.llm = LLM(model=str(model_path), gpu_memory_utilization=gpu_memory_utilization,
-                       max_model_len=max_model_len, seed=seed, enable_prefix_caching=True)
-
-    def sync_weights(self, model: Any) -> None:  # pragma: no cover - GPU only
-        """Copy the policy's current (merged) weights into the vLLM engine."""
-        m = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
-        state = {k: v.detach() for k, v in m.state_dict().items()}
-        runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
-        runner.model.load_weights(state.items())
-
-    def generate(self, prompts: Sequence[Sequence[int]], *, temperature: float, top_p: float, max_new_tokens: int) -> list[list[int]]:  # pragma: no cover
-        """Sample with vLLM from token-id prompts."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
-        return [list(o.outputs[0].token_ids) for o in outs]
-
-
-def make_backend(name: str, model: Any, tokenizer: Any, *, batch_size: int, model_path: str | None = None, seed: int = 0) -> GenerationBackend:
-    """Build the backend named in the configuration (``"transformers"`` or ``"vllm"``)."""
     if name == "transformers":
         return TransformersBackend(model, tokenizer, batch_size=batch_size)
     if name == "vllm":
-        if model_path is None:
-            raise ValueError("backend='vllm' needs a model folder or hub id")
-        return VLLMBackend(model_path, seed=seed)
-    raise ValueError(f"backend must be one of 'transformers', 'vllm'; got {name!r}")
+        raise ValueError(VLLM_REMOVED)
+    raise ValueError(f"backend must be 'transformers'; got {name!r}")
 
 
 @torch.no_grad()

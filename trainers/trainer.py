@@ -164,6 +164,9 @@ class Trainer:
         self.stop_after = stop_after
         self.accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=_mixed_precision(cfg))
         acc = self.accelerator
+        if acc.distributed_type.name in ("FSDP", "DEEPSPEED", "MEGATRON_LM"):
+            raise ValueError(f"the trainer supports one process or DDP, not {acc.distributed_type.name}: generation, "
+                             "choose-mode scoring and the weight digests use the full, unsharded model")
         self.rank, self.world = acc.process_index, acc.num_processes
         if run_dir is None:
             name = cfg.run_name or f"{cfg.preset or 'run'}-{cfg.estimator}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -221,10 +224,9 @@ class Trainer:
         self.rollout_model = None
         bf16_rollouts = cfg.rollout_dtype == "bfloat16" or (
             cfg.rollout_dtype == "auto" and acc.device.type == "cpu" and _mixed_precision(cfg) == "bf16")
-        if bf16_rollouts and cfg.backend == "transformers":
+        if bf16_rollouts:
             self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
-        self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size,
-                                    model_path=None if cfg.backend == "transformers" else cfg.model, seed=cfg.seed)
+        self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size)
         self.rl_loss = cfg.loss_unit(cfg.rl_loss)
         from wrappers.credit import get_estimator
 
@@ -437,8 +439,6 @@ class Trainer:
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
         self._sync_rollout_model()
-        if cfg.backend != "transformers":  # an external generator (vLLM) gets the new weights
-            self.backend.sync_weights(self.unwrapped)
         out = {k: float(np.mean(v)) for k, v in stats.items() if v}
         out["pairs"] = float(len(pairs))
         out["pairs_colocated"] = float(colocated / max(1, cfg.ppo_epochs))
@@ -566,8 +566,6 @@ class Trainer:
                                 micro_rows=cfg.micro_batch_rows, seed=cfg.seed, rank=self.rank, world=self.world,
                                 max_grad_norm=cfg.max_grad_norm, loss=cfg.loss_unit(cfg.warm_start_loss))
         self._sync_rollout_model()
-        if cfg.backend != "transformers":
-            self.backend.sync_weights(self.unwrapped)
         if self.ref_model is not None:  # the KL reference is the policy RL starts from
             self.ref_model.load_state_dict(self.unwrapped.state_dict())
         elif cfg.lora and cfg.kl_coef > 0:

@@ -1,0 +1,39 @@
+"""Removed features fail with a message that says what to use instead (issue 13)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainers.config import ConfigError, TrainConfig, load_config
+
+
+def test_backend_vllm_is_refused_and_points_to_trl_and_verl():
+    with pytest.raises(ConfigError) as err:
+        load_config("demo", overrides=["backend=vllm"])
+    message = str(err.value)
+    assert "backend='vllm' was removed" in message
+    assert "backend='transformers'" in message
+    assert "TRL" in message and "verl" in message and "docs/integrations.md" in message
+    with pytest.raises(ConfigError, match="was removed"):
+        TrainConfig(backend="vllm", action_mode="generate").validate()
+
+
+def test_other_unknown_backends_get_the_usual_choices_message():
+    with pytest.raises(ConfigError, match=r"backend must be one of 'transformers'; got 'sglang'"):
+        load_config("demo", overrides=["backend=sglang"])
+    assert load_config("demo", overrides=["backend=transformers"]).backend == "transformers"
+
+
+def test_make_backend_refuses_vllm_too():
+    pytest.importorskip("torch")
+    from trainers.generation import TransformersBackend, make_backend
+
+    class Tok:
+        pad_token_id, eos_token_id = 0, 2
+
+    with pytest.raises(ValueError, match="TRL or verl"):
+        make_backend("vllm", object(), Tok(), batch_size=4)
+    with pytest.raises(ValueError, match="backend must be 'transformers'; got 'x'"):
+        make_backend("x", object(), Tok(), batch_size=4)
+    backend = make_backend("transformers", object(), Tok(), batch_size=4)
+    assert isinstance(backend, TransformersBackend) and backend.eos_ids == {0, 2}
