@@ -5,24 +5,8 @@ one task.  :class:`GroupRunner` keeps a set of environments — in this process,
 processes (game engines such as ALFWorld's are not thread-safe) — resets the G siblings of
 each task with the same task and seed, steps every live episode in lock step with one
 batched policy call per turn, and returns :class:`~agent_envs.trajectory.Trajectory`
-objects whose steps are filled from the environments' ``info`` (SPEC §1–§2):
-
-===================  =========================================================================
-Step field           source
-===================  =========================================================================
-state_key            pre-action ``info["state_key"]`` (falls back to the observation)
-action               ``info["action"]`` after the step (the canonical command) or the policy's
-action_key           ``info["action_key"]``, else ``info["action_keys"][action]`` before the
-                     step, else the action
-reward / penalty     ``info["task_reward"]`` / ``info["penalty"]`` of the step
-valid                ``info["valid"]``
-observation          the observation the policy saw; ``feedback`` the one returned
-rubric               pre-action ``info["rubric"]`` (the status of this decision)
-keys                 pre-action matching keys in the layout of :mod:`wrappers.credit.mcgpo`:
-                     ``{"exact": h, "coarse": h, "signature": (C, F)}`` (see
-                     :func:`matching_keys`)
-next_state_key       ``info["state_key"]`` after the step
-===================  =========================================================================
+objects whose steps are filled from the environments' ``info`` (SPEC §1–§2) by
+:func:`~agent_envs.trajectory.step_from_info` (its docstring has the field-by-field table).
 
 It is environment-agnostic: anything made by ``gym.make(env_id, **env_kwargs)`` or by a
 zero-argument factory works (the factory must be picklable for worker processes, e.g. a
@@ -54,7 +38,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_envs.trajectory import Step, Trajectory
+from agent_envs.trajectory import Step, Trajectory, hashable, matching_keys, step_from_info
 
 __all__ = [
     "EnvFactory",
@@ -113,24 +97,6 @@ def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
 
     policy.__doc__ = getattr(fn, "__doc__", None)
     return policy
-
-
-def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
-    """Matching keys of a decision in the layout MCGPO reads (:mod:`wrappers.credit.mcgpo`).
-
-    Both environments report ``{"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}``
-    (state summaries without the signature); the dict is copied.  An environment that
-    reports its signature only as ``info["signature"]`` has it filled in.
-
-    Example:
-        >>> C, F = frozenset({"target_acquired"}), frozenset({"target_placed"})
-        >>> matching_keys({"keys": {"exact": ("pick", "desk 1")}, "signature": (C, F)})["signature"] == (C, F)
-        True
-    """
-    keys = dict(info.get("keys") or {})
-    if "signature" not in keys and info.get("signature") is not None:
-        keys["signature"] = tuple(info["signature"])
-    return keys
 
 
 class RolloutWorkerError(RuntimeError):
@@ -352,16 +318,6 @@ class _Episode:
     truncated: bool = False
 
 
-def _hashable(value: Any, fallback: Hashable) -> Hashable:
-    if value is None:
-        return fallback
-    try:
-        hash(value)
-    except TypeError:
-        return fallback
-    return value
-
-
 class GroupRunner:
     """Runs sibling groups on persistent environments (in-process or in worker processes).
 
@@ -451,7 +407,7 @@ class GroupRunner:
         for (k, _seed, _opts), (obs, info) in zip(resets, results):
             g, i = divmod(k, group_size)
             task_info = info.get("task") if isinstance(info.get("task"), Mapping) else {}
-            task_id = _hashable(task_info.get("id"), f"group-{g}")
+            task_id = hashable(task_info.get("id"), f"group-{g}")
             episodes.append(_Episode(g, i, k, task_id, obs, dict(info)))
         self._check_identical_starts(episodes, group_size)
 
@@ -473,7 +429,7 @@ class GroupRunner:
                     raise TypeError(f"the policy must return str actions, got {type(a).__name__}")
             results = self._hosts.call("step", [(e.env_index, a) for e, a in zip(live, actions)])
             for e, action, (obs, reward, terminated, truncated, info) in zip(live, actions, results):
-                e.steps.append(_step(e, action, obs, float(reward), info))
+                e.steps.append(step_from_info(e.obs, e.info, action, obs, reward, info))
                 e.history.append((e.obs, action))
                 e.obs, e.info = obs, dict(info)
                 if terminated or truncated:
@@ -506,37 +462,6 @@ class GroupRunner:
                         "group %d: sibling %d did not start like sibling 0 (task %r vs %r)",
                         first.group, e.slot, e.task_id, first.task_id,
                     )
-
-
-def _step(e: _Episode, action: str, obs: str, reward: float, info: Mapping[str, Any]) -> Step:
-    pre = e.info
-    canonical = info.get("action")
-    if not isinstance(canonical, str) or not canonical:
-        canonical = action
-    action_key = info.get("action_key")
-    if action_key is None:
-        action_key = (pre.get("action_keys") or {}).get(canonical)
-    task_reward = info.get("task_reward")
-    penalty = info.get("penalty")
-    if task_reward is None:  # an environment without the split: all of it is task reward
-        task_reward, penalty = reward, 0.0
-    extra: dict[str, Any] = {}
-    if pre.get("signature") is not None:
-        extra["signature"] = list(pre["signature"])
-    return Step(
-        state_key=_hashable(pre.get("state_key"), e.obs),
-        action=canonical,
-        action_key=_hashable(action_key, canonical),
-        reward=float(task_reward),
-        penalty=float(penalty or 0.0),
-        valid=bool(info.get("valid", True)),
-        observation=e.obs,
-        feedback=str(obs),
-        rubric=dict(pre.get("rubric") or {}),
-        keys=matching_keys(pre),
-        next_state_key=_hashable(info.get("state_key"), str(obs)),
-        extra=extra,
-    )
 
 
 def rollout_groups(

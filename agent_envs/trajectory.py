@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Step", "Trajectory", "save_jsonl", "load_jsonl", "TrajectoryFormatError"]
+__all__ = ["Step", "Trajectory", "TrajectoryFormatError", "hashable", "load_jsonl", "matching_keys", "save_jsonl",
+           "step_from_info"]
 
 
 @dataclass
@@ -146,6 +147,131 @@ class Trajectory:
             success=bool(data.get("success", False)),
             truncated=bool(data.get("truncated", False)),
         )
+
+
+def hashable(value: Any, fallback: Hashable = None) -> Hashable:
+    """``value`` as a hashable key: ``None`` gives ``fallback``; a hashable value is kept;
+    lists and tuples become tuples, sets frozensets and mappings frozensets of ``(key, value)``
+    pairs (recursively, so equal values give equal keys); numpy arrays go through
+    ``tolist()``; anything else unhashable becomes its ``repr``.
+
+    Example:
+        >>> hashable(None, "obs"), hashable("room"), hashable([1, [2, 3]])
+        ('obs', 'room', (1, (2, 3)))
+        >>> hashable({"a": [1], "b": {2}}) == hashable({"b": {2}, "a": [1]})
+        True
+    """
+    if value is None:
+        return fallback
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    if isinstance(value, Mapping):
+        return frozenset((hashable(k), hashable(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(hashable(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(hashable(v) for v in value)
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays
+        return hashable(value.tolist())
+    return repr(value)
+
+
+def matching_keys(info: Mapping[str, Any]) -> dict[str, Any]:
+    """Matching keys of a decision in the layout MCGPO reads (:mod:`wrappers.credit.mcgpo`).
+
+    Both environments report ``{"exact": h_exact, "coarse": h_coarse, "signature": (C, F)}``
+    (state summaries without the signature); the dict is copied.  An environment that
+    reports its signature only as ``info["signature"]`` has it filled in.
+
+    Example:
+        >>> C, F = frozenset({"target_acquired"}), frozenset({"target_placed"})
+        >>> matching_keys({"keys": {"exact": ("pick", "desk 1")}, "signature": (C, F)})["signature"] == (C, F)
+        True
+    """
+    keys = dict(info.get("keys") or {})
+    if "signature" not in keys and info.get("signature") is not None:
+        keys["signature"] = tuple(info["signature"])
+    return keys
+
+
+def step_from_info(
+    obs: Any,
+    info: Mapping[str, Any],
+    action: str,
+    next_obs: Any,
+    reward: float,
+    next_info: Mapping[str, Any],
+    *,
+    extra: Mapping[str, Any] | None = None,
+) -> Step:
+    """The :class:`Step` of one transition, filled from the environment's ``info`` (SPEC §1–§2).
+
+    ``obs``/``info`` are what the policy saw before acting, ``action`` what it sent, and
+    ``next_obs, reward, next_info`` what ``env.step(action)`` returned.  This is the one place
+    rollouts (:class:`agent_envs.rollout.GroupRunner`, the trainer, the arena) build steps:
+
+    ===================  =====================================================================
+    Step field           source
+    ===================  =====================================================================
+    state_key            ``info["state_key"]`` (``None``: the observation), via :func:`hashable`
+    action               ``next_info["action"]`` when a non-empty string (the environment's
+                         canonical command, e.g. ALFWorld's), else ``action``
+    action_key           ``next_info["action_key"]``, else ``info["action_keys"]`` of the
+                         canonical (or the sent) action, else the canonical action; any
+                         non-``None`` key counts, ``0`` and ``""`` included
+    reward / penalty     ``next_info["task_reward"]`` / ``next_info["penalty"]``; a missing
+                         part is ``reward`` minus the other (both missing: all task reward)
+    valid                ``next_info["valid"]`` (default ``True``)
+    observation          ``obs``; ``feedback`` is ``next_obs``
+    rubric, keys         pre-action ``info["rubric"]`` and :func:`matching_keys` of ``info``
+    next_state_key       ``next_info["state_key"]`` (``None``: ``next_obs``)
+    extra                ``{"signature": list(info["signature"])}`` when the environment
+                         reports one, updated with ``extra``
+    ===================  =====================================================================
+
+    Example:
+        >>> s = step_from_info("You are in a room.", {"state_key": "r0", "rubric": {"a": 0}},
+        ...                    "Look", "Nothing here.", -0.1,
+        ...                    {"action": "look", "valid": False, "penalty": -0.1, "state_key": "r0"})
+        >>> (s.action, s.action_key, s.reward, s.penalty, s.valid, s.next_state_key)
+        ('look', 'look', 0.0, -0.1, False, 'r0')
+    """
+    obs, next_obs = str(obs), str(next_obs)
+    canonical = next_info.get("action")
+    if not isinstance(canonical, str) or not canonical:
+        canonical = action
+    action_key = next_info.get("action_key")
+    if action_key is None:
+        table = info.get("action_keys")
+        if isinstance(table, Mapping):
+            action_key = table.get(canonical, table.get(action))
+    reward = float(reward)
+    task_reward, penalty = next_info.get("task_reward"), next_info.get("penalty")
+    if task_reward is None:
+        task_reward = reward - float(penalty or 0.0)
+    if penalty is None:
+        penalty = reward - float(task_reward)
+    out_extra: dict[str, Any] = {}
+    if info.get("signature") is not None:
+        out_extra["signature"] = list(info["signature"])
+    out_extra.update(extra or {})
+    return Step(
+        state_key=hashable(info.get("state_key"), obs),
+        action=canonical,
+        action_key=hashable(action_key, canonical),
+        reward=float(task_reward),
+        penalty=float(penalty),
+        valid=bool(next_info.get("valid", True)),
+        observation=obs,
+        feedback=next_obs,
+        rubric=dict(info.get("rubric") or {}),
+        keys=matching_keys(info),
+        next_state_key=hashable(next_info.get("state_key"), next_obs),
+        extra=out_extra,
+    )
 
 
 class TrajectoryFormatError(ValueError):

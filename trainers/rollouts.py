@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from agent_envs.rollout import EnvPool
-from agent_envs.trajectory import Step, Trajectory
+from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
@@ -105,16 +105,6 @@ class RolloutResult:
     rows: list[list[list[RowTokens]]]
     meta: list[list[dict[str, Any]]]
     stats: dict[str, float] = field(default_factory=dict)
-
-
-def _hashable(value: Any, fallback: Hashable) -> Hashable:
-    if value is None:
-        return fallback
-    try:
-        hash(value)
-        return value
-    except TypeError:
-        return repr(value)
 
 
 def _encode_prompt(tokenizer: Any, text: str, max_tokens: int, system: str = "") -> list[int]:
@@ -211,27 +201,8 @@ def collect_rollouts(
         results = pool.step([(env_offset + e.g * group_size + e.i, a) for e, a in zip(live, actions)])
         stats["env_s"] += time.perf_counter() - te
         for e, row, text, action, (obs, reward, term, trunc, info) in zip(live, decided, texts, actions, results):
-            pre = e.info
-            valid = bool(info.get("valid", True))
-            e.invalid += int(not valid)
-            keys = dict(pre.get("keys") or {})
-            if "signature" not in keys and pre.get("signature") is not None:
-                keys["signature"] = pre["signature"]  # MCGPO forms g = (h, C, F) itself
-            action_key = info.get("action_key") or (pre.get("action_keys") or {}).get(action) or action
-            step = Step(
-                state_key=_hashable(pre.get("state_key"), e.obs),
-                action=action,
-                action_key=_hashable(action_key, action),
-                reward=float(info.get("task_reward", reward)),
-                penalty=float(info.get("penalty", 0.0)),
-                valid=valid,
-                observation=e.obs,
-                feedback=str(obs),
-                rubric=dict(pre.get("rubric") or {}),
-                keys=keys,
-                next_state_key=_hashable(info.get("state_key"), str(obs)),
-                extra={"response": text},
-            )
+            step = step_from_info(e.obs, e.info, action, obs, reward, info, extra={"response": text})
+            e.invalid += int(not step.valid)
             e.steps.append(step)
             e.rows.append(row)
             e.history.append((e.obs, action))
@@ -249,7 +220,7 @@ def collect_rollouts(
     rows = [[None] * group_size for _ in tasks]
     meta = [[None] * group_size for _ in tasks]
     for e in eps:
-        groups[e.g][e.i] = Trajectory(task_id=_hashable(e.task_id, str(e.ref.task)), slot=e.i, steps=e.steps,
+        groups[e.g][e.i] = Trajectory(task_id=hashable(e.task_id, str(e.ref.task)), slot=e.i, steps=e.steps,
                                       score=e.score, success=e.won, truncated=e.truncated)
         rows[e.g][e.i] = e.rows
         meta[e.g][e.i] = {"task_type": e.task_type, "invalid": e.invalid, "steps": len(e.steps), "task": e.ref.task,
