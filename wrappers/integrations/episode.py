@@ -1,0 +1,216 @@
+"""A rubricgym environment played through text: the piece every RL-library adapter shares.
+
+RL libraries drive agents with text: a user message in, a model response out.
+:class:`TextEpisode` wraps any rubricgym Gymnasium environment (or anything with the same
+``reset``/``step`` and ``info`` conventions): it renders the decision prompt (SPEC §7, the
+wording of :func:`trainers.prompts.build_prompt`), parses the response into an action, steps
+the environment and records every decision as a :class:`~agent_envs.trajectory.Step` (via
+:func:`~agent_envs.trajectory.step_from_info`, the rollouts' own builder), so the finished
+episode is a :class:`~agent_envs.trajectory.Trajectory` that every credit estimator takes.
+
+Imports no RL library, torch or engine (the environment imports its engine when made).
+
+Example:
+    >>> import tempfile
+    >>> from agent_envs.webshop.testing import write_mini_catalogue
+    >>> cat = str(write_mini_catalogue(tempfile.mkdtemp()))
+    >>> ep = TextEpisode("WebShop-Rubric-v0", {"catalogue": cat, "verify": False, "tagger": "lexicon"})
+    >>> "Possible actions:" in ep.reset(task=0)
+    True
+    >>> r = ep.step("<action>search[trail running shoes]</action>")
+    >>> (r.step.action, r.step.valid, r.done, len(ep.steps))
+    ('search[trail running shoes]', True, False, 1)
+    >>> ep.trajectory(slot=0).task_id
+    'webshop/human/0'
+    >>> ep.close()
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
+
+__all__ = ["NO_ACTION", "StepResult", "TextEpisode", "make_env", "parse_task", "task_prompt"]
+
+#: What is sent to the environment when a response holds no ``<action>`` block (as the trainer does).
+NO_ACTION = "<no action>"
+
+#: ``parser(response, info) -> action``: turns a model response into the environment action.
+ActionParser = Callable[[str, Mapping[str, Any]], str]
+
+
+def make_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Any:
+    """A Gymnasium id (``gym.make(env, **env_kwargs)``), a zero-argument factory, or an env."""
+    if isinstance(env, str):
+        import gymnasium as gym
+
+        import agent_envs  # noqa: F401  (registers the rubricgym ids)
+
+        return gym.make(env, **dict(env_kwargs or {}))
+    if hasattr(env, "reset") and hasattr(env, "step"):
+        return env
+    if callable(env):
+        return env()
+    raise TypeError(f"env must be a Gymnasium id, a factory or an environment, got {type(env).__name__}")
+
+
+def task_prompt(task: Any = None, seed: int | None = None, split: str | None = None) -> str:
+    """The dataset prompt that names a task (a JSON object; :func:`parse_task` reads it).
+
+    >>> task_prompt(3, seed=0)
+    '{"task": 3, "seed": 0}'
+    """
+    spec: dict[str, Any] = {"task": task}
+    if seed is not None:
+        spec["seed"] = int(seed)
+    if split is not None:
+        spec["split"] = str(split)
+    return json.dumps(spec)
+
+
+def parse_task(spec: Any) -> dict[str, Any]:
+    """``{"task", "seed", "split"}`` from :func:`task_prompt` text, a mapping or a bare task.
+
+    >>> parse_task('{"task": 3, "seed": 0}'), parse_task(5), parse_task({"task": 1, "split": "test"})
+    ({'task': 3, 'seed': 0, 'split': None}, {'task': 5, 'seed': None, 'split': None}, {'task': 1, 'seed': None, 'split': 'test'})
+    """
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"a task prompt must be task_prompt() JSON such as '{{\"task\": 0}}', got {spec[:80]!r}") from exc
+    if not isinstance(spec, Mapping):
+        spec = {"task": spec}
+    unknown = set(spec) - {"task", "seed", "split"}
+    if unknown:
+        raise ValueError(f"unknown task fields {sorted(unknown)}; expected 'task', 'seed', 'split'")
+    seed = spec.get("seed")
+    return {"task": spec.get("task"), "seed": None if seed is None else int(seed), "split": spec.get("split")}
+
+
+def default_parser(response: str, info: Mapping[str, Any]) -> str:
+    """The last ``<action>…</action>`` block (canonical spelling when admissible), else :data:`NO_ACTION`."""
+    from trainers.prompts import parse_action
+
+    adm = [str(a) for a in (info.get("admissible_actions") or [])]
+    action, _ok = parse_action(response, adm or None)
+    if "<action>" not in response.lower() or not action:
+        return NO_ACTION
+    return action
+
+
+@dataclass
+class StepResult:
+    """What one response did.
+
+    Attributes:
+        text: The next user message (the rendered next decision prompt; ``""`` when done).
+        reward: The environment's reward of the step (task reward + penalty).
+        done: The episode ended (terminated, truncated or ``max_steps`` decisions).
+        step: The recorded :class:`Step`.
+        info: The environment's ``info`` after the step.
+    """
+
+    text: str
+    reward: float
+    done: bool
+    step: Step
+    info: dict[str, Any]
+
+
+class TextEpisode:
+    """One environment, played one episode at a time through text.
+
+    Args:
+        env: A Gymnasium id, a zero-argument factory or an environment instance.
+        env_kwargs: Keyword arguments for ``gym.make``.
+        style: Prompt style, ``"action_only"`` or ``"think"`` (SPEC §7).
+        list_actions: List the admissible actions in the prompt.
+        compact: The compact prompt (:func:`trainers.prompts.build_prompt`).
+        max_steps: Stop after this many decisions (the environment's own horizon also applies).
+        parser: ``parser(response, info) -> action``; default: the ``<action>`` block.
+    """
+
+    def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, style: str = "action_only",
+                 list_actions: bool = True, compact: bool = False, max_steps: int | None = None,
+                 parser: ActionParser | None = None) -> None:
+        from trainers.prompts import STYLES
+
+        if style not in STYLES:
+            raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        self.env = make_env(env, env_kwargs)
+        self.style, self.list_actions, self.compact = style, bool(list_actions), bool(compact)
+        self.max_steps, self.parser = max_steps, parser or default_parser
+        self.steps: list[Step] = []
+        self.obs, self.info = "", {}
+        self.done = True
+        self.truncated = False
+        self.task_ref: Any = None
+
+    @property
+    def goal(self) -> str:
+        """The task sentence of the current episode."""
+        return str((self.info.get("task") or {}).get("goal", ""))
+
+    def reset(self, task: Any = None, seed: int | None = None, split: str | None = None) -> str:
+        """Start an episode (``task``: the environment's task option, or :func:`task_prompt`
+        JSON / a mapping naming task, seed and split); returns the first user message."""
+        if isinstance(task, (str, Mapping)) and seed is None and split is None:
+            try:
+                spec = parse_task(task)
+            except ValueError:
+                spec = {"task": task, "seed": None, "split": None}
+            task, seed, split = spec["task"], spec["seed"], spec["split"]
+        options: dict[str, Any] = {}
+        if task is not None:
+            options["task"] = task
+        if split is not None:
+            options["split"] = split
+        obs, info = self.env.reset(seed=seed, options=options or None)
+        self.obs, self.info = str(obs), dict(info)
+        self.steps, self.done, self.truncated, self.task_ref = [], False, False, task
+        return self.prompt()
+
+    def prompt(self) -> str:
+        """The user message of the current decision (the history lives in the conversation)."""
+        from trainers.prompts import build_prompt
+
+        adm = [str(a) for a in (self.info.get("admissible_actions") or [])]
+        return build_prompt(self.goal, self.obs, adm, [], style=self.style, step=len(self.steps),
+                            list_actions=self.list_actions, compact=self.compact)
+
+    def step(self, response: str) -> StepResult:
+        """Parse ``response``, step the environment and record the decision."""
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        action = self.parser(str(response), self.info)
+        obs, reward, term, trunc, info = self.env.step(action)
+        step = step_from_info(self.obs, self.info, action, obs, reward, info, extra={"response": str(response)})
+        self.steps.append(step)
+        self.obs, self.info = str(obs), dict(info)
+        if term or trunc:
+            self.done, self.truncated = True, bool(trunc and not term)
+        elif self.max_steps is not None and len(self.steps) >= self.max_steps:
+            self.done, self.truncated = True, True
+        return StepResult("" if self.done else self.prompt(), float(reward), self.done, step, self.info)
+
+    @property
+    def success(self) -> bool:
+        """Whether the episode was won (``info["won"]``)."""
+        return bool(self.info.get("won", False))
+
+    def trajectory(self, slot: int = 0, task_id: Any = None) -> Trajectory:
+        """The episode so far as a :class:`Trajectory` (``task_id``: default the env's task id)."""
+        tid = task_id if task_id is not None else hashable((self.info.get("task") or {}).get("id"), str(self.task_ref))
+        return Trajectory(task_id=tid, slot=int(slot), steps=list(self.steps), score=float(self.info.get("score", 0.0)),
+                          success=self.success, truncated=self.truncated or not self.done)
+
+    def close(self) -> None:
+        """Close the environment."""
+        self.env.close()
