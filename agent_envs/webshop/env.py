@@ -53,6 +53,19 @@ MAX_OBSERVATION_CHARS = 1 << 20
 MAX_ACTION_CHARS = 4096
 
 
+def _state_key(snap: Any) -> str:
+    """The canonical page state: the page text plus the selected options.
+
+    Selecting an option does not change an item page's text, but it changes the page's state
+    (upstream's item URL carries the options, and "buy now" purchases them), so two visits
+    of the same item with different options are different states for GiGPO/GraphGPO groups.
+    """
+    if not snap.options:
+        return snap.text
+    chosen = " | ".join(f"{k}: {v}" for k, v in sorted(snap.options.items()))
+    return f"{snap.text} [selected: {chosen}]"
+
+
 class Backend(Protocol):
     """What drives the shop for one environment: embedded, HTTP server or browser."""
 
@@ -366,7 +379,7 @@ class WebShopRubricEnv(gym.Env[str, str]):
             "keys": {"exact": rb.exact_key(snap), "coarse": rb.coarse_key(snap, self._status),
                      "signature": sig.key()},
             "signature": sig.symbols,
-            "state_key": snap.text,
+            "state_key": _state_key(snap),
             "won": bool(snap.done and score >= rb.SOLVED_THRESHOLD),
             "score": score,
             "valid": bool(valid),
