@@ -10,17 +10,21 @@ Example:
     True
 """
 
+from agent_envs.checker import RubricEnvError, check_rubric_env
 from agent_envs.registration import ENV_IDS, register_envs
-from agent_envs.trajectory import Step, Trajectory, TrajectoryFormatError, load_jsonl, save_jsonl
+from agent_envs.trajectory import Step, Trajectory, TrajectoryFormatError, load_jsonl, save_jsonl, step_from_info
 
 register_envs()
 
 __all__ = [
     "ENV_IDS",
+    "RubricEnvError",
     "Step",
     "Trajectory",
     "TrajectoryFormatError",
+    "check_rubric_env",
     "load_jsonl",
     "register_envs",
     "save_jsonl",
+    "step_from_info",
 ]
