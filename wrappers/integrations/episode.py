@@ -34,7 +34,8 @@ from typing import Any
 
 from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
 
-__all__ = ["NO_ACTION", "StepResult", "TextEpisode", "make_env", "parse_task", "task_prompt"]
+__all__ = ["NO_ACTION", "StepResult", "TextEpisode", "chat_next_turn", "chat_start", "make_env", "parse_task",
+           "task_prompt"]
 
 #: What is sent to the environment when a response holds no ``<action>`` block (as the trainer does).
 NO_ACTION = "<no action>"
@@ -90,6 +91,37 @@ def parse_task(spec: Any) -> dict[str, Any]:
         raise ValueError(f"unknown task fields {sorted(unknown)}; expected 'task', 'seed', 'split'")
     seed = spec.get("seed")
     return {"task": spec.get("task"), "seed": None if seed is None else int(seed), "split": spec.get("split")}
+
+
+def chat_start(tokenizer: Any, text: str) -> str:
+    """The first user message in the tokenizer's chat template, ending with the assistant header."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+
+
+def chat_next_turn(tokenizer: Any, text: str, after_eos: bool = True) -> str:
+    """The template text that follows an assistant response: end of that turn, the next user
+    message ``text`` and the assistant header.
+
+    Found by rendering a conversation with and without the new message (so any chat template
+    works); ``after_eos``: the response already ended with the tokenizer's EOS token (the
+    usual stop), so a leading EOS text is left out.
+
+    >>> from trainers.models import build_tiny_tokenizer
+    >>> chat_next_turn(build_tiny_tokenizer(), "You see a mug.")
+    '\\n<|im_start|>user\\nYou see a mug.<|im_end|>\\n<|im_start|>assistant\\n'
+    """
+    marker = "\x00RUBRICGYM\x00"
+    base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}]
+    full = tokenizer.apply_chat_template(base + [{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=False)
+    cut = full.find(marker)
+    if cut < 0:  # a template that drops earlier assistant turns: plain text
+        return f"\n{text}\n"
+    tail = full[cut + len(marker):]
+    eos = getattr(tokenizer, "eos_token", None)
+    if after_eos and eos and tail.startswith(eos):
+        tail = tail[len(eos):]
+    return tail
 
 
 def default_parser(response: str, info: Mapping[str, Any]) -> str:

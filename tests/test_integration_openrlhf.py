@@ -1,0 +1,111 @@
+"""OpenRLHF agent file: rubricgym episodes played through OpenRLHF's own
+``MultiTurnAgentExecutor.execute`` with a stand-in engine (vLLM cannot run here)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import types
+
+import pytest
+
+pytest.importorskip(
+    "openrlhf.utils.agent",
+    reason="OpenRLHF is not installed: pip install --no-deps openrlhf==0.11.2 && pip install aiohttp pylatexenc")
+
+from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
+
+from wrappers.integrations import openrlhf_agent
+from wrappers.integrations.episode import task_prompt
+
+WIN = ["search[trail running shoes]", "click[b000000001]", "click[navy blue]", "click[10]", "click[buy now]"]
+
+
+class StandInEngine:
+    """Answers like vLLM's AsyncLLMEngine: one scripted response per call, as token ids."""
+
+    def __init__(self, tokenizer, responses: list[str]) -> None:
+        self.tok, self.responses, self.seen = tokenizer, list(responses), []
+
+    async def generate(self, prompt_ids, sampling_params, multi_modal_data=None):
+        self.seen.append(list(prompt_ids))
+        text = self.responses.pop(0)
+        ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+        out = types.SimpleNamespace(token_ids=ids, text=text, finish_reason="stop", logprobs=None)
+        return types.SimpleNamespace(outputs=[out])
+
+
+@pytest.fixture()
+def tokenizer():
+    from trainers.models import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture()
+def env_vars(monkeypatch, mini_dir: str) -> None:
+    monkeypatch.setenv("RUBRICGYM_ENV", "WebShop-Rubric-v0")
+    monkeypatch.setenv("RUBRICGYM_ENV_KWARGS", f'{{"catalogue": "{mini_dir}", "verify": false, "tagger": "lexicon"}}')
+    monkeypatch.setenv("RUBRICGYM_MAX_TURNS", "6")
+
+
+def load_agent_file():
+    """The way OpenRLHF's vllm_engine._load_agent_executor loads --train.agent_func_path."""
+    spec = importlib.util.spec_from_file_location("agent_module", openrlhf_agent.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert issubclass(module.AgentExecutor, AgentExecutorBase)
+    executor = module.AgentExecutor()
+    executor.module = module
+    return executor
+
+
+def run(executor, tokenizer, responses: list[str], label: str, max_length: int = 4096) -> tuple[dict, StandInEngine]:
+    engine = StandInEngine(tokenizer, responses)
+    params = types.SimpleNamespace(max_tokens=64, logprobs=None)
+    out = asyncio.run(executor.execute("the dataset prompt (replaced)", label, params, max_length, tokenizer, engine))
+    return out, engine
+
+
+def test_agent_file_plays_a_webshop_episode(env_vars, tokenizer) -> None:
+    executor = load_agent_file()
+    assert isinstance(executor, MultiTurnAgentExecutor)
+    out, engine = run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0, seed=0))
+    # five decisions, the purchase earns the task reward 10; the score is the raw WebShop score
+    assert out["reward"] == 10.0 and float(out["scores"]) == 1.0 and len(out["action_ranges"]) == 5
+    text = tokenizer.decode(out["observation_tokens"])
+    assert text.startswith("<|im_start|>user\nYou control an agent") and "Possible actions: search[<your query>]" in text
+    assert text.count("<|im_start|>assistant\n") == 5 and text.count("<|im_start|>user\n") == 5
+    # each action range holds exactly the response tokens (+ EOS); the environment turns lie between
+    for (a, b), action in zip(out["action_ranges"], WIN):
+        assert tokenizer.decode(out["observation_tokens"][a:b]) == f"<action>{action}</action><|im_end|>"
+    # the engine saw the growing conversation, each prompt ending with the assistant header
+    assert all(tokenizer.decode(p).endswith("<|im_start|>assistant\n") for p in engine.seen)
+    (traj,) = executor.last_trajectories
+    assert [s.action for s in traj.steps] == WIN and traj.success and traj.outcome == 10.0
+
+
+def test_invalid_responses_and_the_turn_limit(env_vars, tokenizer, monkeypatch) -> None:
+    monkeypatch.setenv("RUBRICGYM_MAX_TURNS", "2")
+    executor = load_agent_file()
+    out, _ = run(executor, tokenizer, ["no block", "<action>search[shoes]</action>"], task_prompt(0))
+    assert out["reward"] == pytest.approx(-0.1) and len(out["action_ranges"]) == 2
+    (traj,) = executor.last_trajectories
+    assert traj.truncated and [s.valid for s in traj.steps] == [False, True]
+
+
+def test_environments_are_reused_across_samples(env_vars, tokenizer) -> None:
+    executor = load_agent_file()
+    pool = executor.module._POOL
+    run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
+    (idle,) = pool.idle.values()
+    first = idle[0]
+    run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
+    assert idle == [first]  # the second sample took the same environment and gave it back
+    assert len(executor.last_trajectories) == 2
+
+
+def test_bad_environment_variables_are_named(monkeypatch) -> None:
+    monkeypatch.setenv("RUBRICGYM_ENV_KWARGS", "[1, 2]")
+    with pytest.raises(ValueError, match="RUBRICGYM_ENV_KWARGS must be a JSON object"):
+        openrlhf_agent.AgentConfig.from_environ()

@@ -1,0 +1,173 @@
+"""OpenRLHF agent file: rubricgym environments behind OpenRLHF's multi-turn agent executor.
+
+Install: ``pip install --no-deps openrlhf==0.11.2 && pip install aiohttp pylatexenc`` (a
+normal install pins deepspeed and flash-attn builds; the agent API needs only these).  Pass
+this file to OpenRLHF::
+
+    python -m openrlhf.cli.train_ppo_ray ... \\
+        --train.agent_func_path $(python -c "import wrappers.integrations.openrlhf_agent as m; print(m.__file__)") \\
+        --data.label_key task          # each row's label: task_prompt() JSON, e.g. {"task": 3, "seed": 0}
+
+OpenRLHF builds ``AgentExecutor()`` without arguments, so the environment comes from the
+environment variables ``RUBRICGYM_ENV`` (a Gymnasium id, default ``WebShop-Rubric-v0``),
+``RUBRICGYM_ENV_KWARGS`` (JSON for ``gym.make``), ``RUBRICGYM_MAX_TURNS`` (default 50) and
+``RUBRICGYM_STYLE`` (``action_only`` or ``think``); or subclass :class:`AgentExecutor` with a
+:class:`AgentConfig`.
+
+Each sample is one episode: :meth:`RubricAgent.reset` ignores the dataset prompt and starts
+the environment on the row's label (the task), returning the first decision prompt in the
+model's chat template; :meth:`RubricAgent.step` parses the response's ``<action>`` block,
+steps the environment and returns the step reward and the next user turn as the
+environment feedback.  OpenRLHF sums the step rewards into the sample's reward: its
+advantage estimators are a fixed list (no registry), so the credit is outcome-level.  The
+decisions are recorded as :class:`~agent_envs.trajectory.Step` objects
+(``RubricAgent.episode.steps``; :attr:`AgentExecutor.last_trajectories` keeps the finished
+episodes of the process) for step-level credit with rubricgym's estimators.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+
+from agent_envs.trajectory import Trajectory
+from wrappers.integrations.episode import TextEpisode, chat_next_turn, chat_start, parse_task
+
+__all__ = ["AgentConfig", "AgentExecutor", "RubricAgent"]
+
+
+class AgentConfig:
+    """Which environment the agents play (see the module docstring for the variables).
+
+    (A plain class: OpenRLHF loads this file by path, outside ``sys.modules``, where a
+    dataclass cannot resolve its annotations.)
+    """
+
+    env = "WebShop-Rubric-v0"
+    max_turns = 50
+    style = "action_only"
+
+    def __init__(self, env: str = env, env_kwargs: Mapping[str, Any] | None = None, max_turns: int = max_turns,
+                 style: str = style) -> None:
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        self.env, self.env_kwargs, self.max_turns, self.style = env, dict(env_kwargs or {}), max_turns, style
+
+    def __repr__(self) -> str:
+        return f"AgentConfig(env={self.env!r}, env_kwargs={self.env_kwargs!r}, max_turns={self.max_turns}, style={self.style!r})"
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> AgentConfig:
+        """The configuration from ``RUBRICGYM_ENV``, ``RUBRICGYM_ENV_KWARGS``, ... ."""
+        env = os.environ if environ is None else environ
+        raw = env.get("RUBRICGYM_ENV_KWARGS", "") or "{}"
+        try:
+            kwargs = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"RUBRICGYM_ENV_KWARGS must be a JSON object, got {raw[:80]!r}") from exc
+        if not isinstance(kwargs, dict):
+            raise ValueError(  # noqa: TRY004  (a bad setting, as the JSON error above)
+                f"RUBRICGYM_ENV_KWARGS must be a JSON object, got {raw[:80]!r}")
+        return cls(env=env.get("RUBRICGYM_ENV", cls.env), env_kwargs=kwargs,
+                   max_turns=int(env.get("RUBRICGYM_MAX_TURNS", cls.max_turns)),
+                   style=env.get("RUBRICGYM_STYLE", cls.style))
+
+    def key(self) -> str:
+        return json.dumps([self.env, dict(self.env_kwargs), self.max_turns, self.style], sort_keys=True, default=str)
+
+
+class _Pool:
+    """Idle episodes per configuration: environments are reused across samples (making a
+    WebShop or ALFWorld environment loads its catalogue or grammar)."""
+
+    def __init__(self) -> None:
+        self.idle: dict[str, list[TextEpisode]] = {}
+
+    def acquire(self, cfg: AgentConfig) -> TextEpisode:
+        free = self.idle.setdefault(cfg.key(), [])
+        if free:
+            return free.pop()
+        return TextEpisode(cfg.env, cfg.env_kwargs, style=cfg.style, max_steps=cfg.max_turns)
+
+    def release(self, cfg: AgentConfig, episode: TextEpisode) -> None:
+        self.idle.setdefault(cfg.key(), []).append(episode)
+
+
+_POOL = _Pool()
+
+
+class RubricAgent(AgentInstanceBase):
+    """One episode of a rubricgym environment as an OpenRLHF agent instance.
+
+    Args:
+        config: The environment (default: :meth:`AgentConfig.from_environ`).
+        tokenizer: The policy's tokenizer, for its chat template (the executor passes it).
+        on_done: Called with the finished :class:`Trajectory`.
+    """
+
+    def __init__(self, config: AgentConfig | None = None, tokenizer: Any = None, on_done: Any = None) -> None:
+        self.config = config or AgentConfig.from_environ()
+        self.tokenizer, self.on_done = tokenizer, on_done
+        self.episode: TextEpisode | None = None
+
+    async def reset(self, states: dict, **kwargs: Any) -> dict:
+        """Start the episode named by ``states["label"]`` (:func:`~wrappers.integrations.episode.task_prompt` JSON)."""
+        spec = parse_task(states.get("label"))
+        self.episode = _POOL.acquire(self.config)
+        text = self.episode.reset(spec["task"], spec["seed"], spec["split"])
+        return {**states, "observation": text if self.tokenizer is None else chat_start(self.tokenizer, text)}
+
+    async def step(self, states: dict, **kwargs: Any) -> dict:
+        """One decision: ``states["action_text"]`` is the model's response."""
+        import torch
+
+        ep = self.episode
+        if ep is None:
+            raise RuntimeError("reset() must come before step()")
+        r = ep.step(states["action_text"])
+        if r.done:
+            feedback = ""
+            traj = ep.trajectory(slot=0)
+            _POOL.release(self.config, ep)
+            self.episode = None
+            if self.on_done is not None:
+                self.on_done(traj)
+        else:
+            feedback = r.text if self.tokenizer is None else chat_next_turn(self.tokenizer, r.text)
+        score = float(r.info.get("score", 0.0))
+        return {
+            "rewards": torch.tensor(r.reward),
+            "scores": torch.tensor(score),
+            "environment_feedback": feedback,
+            "done": r.done,
+            "extra_logs": {"valid": torch.tensor(float(r.step.valid)), "won": torch.tensor(float(r.info.get("won", False)))},
+        }
+
+
+class AgentExecutor(MultiTurnAgentExecutor):
+    """What OpenRLHF's ``--train.agent_func_path`` loads: the multi-turn executor over
+    :class:`RubricAgent` instances that render prompts with the policy's tokenizer."""
+
+    config: AgentConfig | None = None
+
+    def __init__(self) -> None:
+        super().__init__(RubricAgent)
+        #: The process's most recent finished episodes (at most 10,000).
+        self.last_trajectories: deque[Trajectory] = deque(maxlen=10_000)
+
+    async def execute(self, prompt: Any, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
+                      llm_engine: Any, images: Any = None) -> dict:
+        """OpenRLHF's multi-turn loop, with agents bound to ``hf_tokenizer``."""
+        cfg = self.config or AgentConfig.from_environ()
+        done: list[Trajectory] = []
+        # The base execute() builds its instance before its first await, so concurrent
+        # executions each get the factory set here.
+        self.agent_instance_cls = lambda: RubricAgent(cfg, hf_tokenizer, done.append)
+        out = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        self.last_trajectories.extend(done)
+        return out
