@@ -10,27 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers.arena.report import (
-    MetricFileError,
-    l5,
-    load_run,
-    load_runs,
-    normalized_auc,
-    paired_interval,
-    write_report,
-)
-
-
-def test_l5_and_auc_by_hand() -> None:
-    # last five of [0, .1, .2, .3, .4, .5, .6] = mean(.2..6) = 0.4
-    assert l5([0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) == pytest.approx(0.4)
-    assert l5([0.5, 1.0]) == pytest.approx(0.75)  # fewer than five: all of them
-    # trapezoid over updates [0, 5, 10, 20] with success [0, .2, .4, .4]:
-    # areas 5·0.1 + 5·0.3 + 10·0.4 = 0.5 + 1.5 + 4 = 6; span 20 → 0.3
-    assert normalized_auc([0, 5, 10, 20], [0, 0.2, 0.4, 0.4]) == pytest.approx(0.3)
-    assert normalized_auc([3], [0.7]) == pytest.approx(0.7)
-    with pytest.raises(ValueError, match="increasing"):
-        normalized_auc([0, 5, 5], [0, 1, 1])
+from trainers.arena.report import MetricFileError, load_run, load_runs, write_report
+from trainers.stats import paired_interval
 
 
 def test_paired_student_t_interval_by_hand() -> None:

@@ -53,7 +53,11 @@ def arena(
     val_tasks: int = typer.Option(None, "--val-tasks", help="Number of fixed validation tasks."),
     eval_every: int = typer.Option(None, "--eval-every", help="Validate every N updates."),
     epochs: int = typer.Option(None, "--epochs", help="Passes over each update's decisions."),
-    lr: float = typer.Option(None, "--lr", help="Adam step size of the linear policy."),
+    lr: float = typer.Option(None, "--lr", help="SGD step size of the RL updates (advantages in RMS units)."),
+    target_kl: float = typer.Option(None, "--target-kl", help="Trust region: KL(old -> new) per update, nats."),
+    adv_norm: str = typer.Option(None, "--adv-norm", help="running_rms (default) or none."),
+    adv_scale: float = typer.Option(None, "--adv-scale",
+                                    help="Multiply every advantage by this (the rescaling control)."),
     max_steps: int = typer.Option(None, "--max-steps", help="Episode horizon (default: the setting's)."),
     warm_start: int = typer.Option(None, "--warm-start",
                                    help="Behaviour-clone the initial policy on this many training walkthroughs (ALFWorld)."),
@@ -106,13 +110,12 @@ def arena(
     overrides = {
         "updates": updates, "tasks_per_update": tasks, "group_size": group_size, "train_tasks": train_tasks,
         "val_tasks": val_tasks, "eval_every": eval_every, "epochs": epochs, "lr": lr, "max_steps": max_steps,
-        "pair_coef": pair_coef, "warm_start": warm_start,
+        "pair_coef": pair_coef, "warm_start": warm_start, "target_kl": target_kl, "adv_norm": adv_norm,
+        "adv_scale": adv_scale,
     }
     try:
         data = ArenaConfig.for_env(env).to_dict()
         data.update({k: v for k, v in overrides.items() if v is not None})
-        if warm_start is None:  # the default warm start covers at most the training pool
-            data["warm_start"] = min(data["warm_start"], data["train_tasks"])
         data["scpo_scorer"] = scorer
         cfg = ArenaConfig.from_dict(data)
     except ValueError as exc:

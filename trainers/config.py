@@ -5,7 +5,7 @@ Every field carries its help text in ``metadata["help"]`` (TRL style); ``rubricg
 value raises :class:`ConfigError` naming the field and the allowed values.
 
 Example:
-    >>> cfg = load_config("demo", overrides=["group_size=4", "estimator=grpo"])
+    >>> cfg = load_config("demo", overrides=["group_size=4", "estimator=grpo", "estimator_params={}"])
     >>> cfg.group_size, cfg.estimator
     (4, 'grpo')
     >>> load_config("demo", overrides=["action_mode=shout"])

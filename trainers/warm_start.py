@@ -12,9 +12,8 @@ expert action in the response format ``choose`` mode scores (``<action>a</action
 Example (the walkthrough of a generated game; the demo preset enables this with
 ``warm_start_tasks``):
 
-    >>> from trainers.warm_start import expert_rows                    # doctest: +SKIP
-    >>> rows = expert_rows(pool, tokenizer, [TaskRef(0, "generated", 0)], settings)
-    >>> tokenizer.decode(rows[0].response_ids)
+    >>> rows = expert_rows(pool, tokenizer, [TaskRef(0, "generated", 0)], settings)  # doctest: +SKIP
+    >>> tokenizer.decode(rows[0].response_ids)                                      # doctest: +SKIP
     '<action>go to desk 1</action><|im_end|>'
 """
 

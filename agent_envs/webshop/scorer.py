@@ -227,8 +227,8 @@ def normalize_color(value: str) -> str:
     Upstream applies it to both the goal's and the purchased options (see :func:`option_reward`).
 
     Example:
-        >>> normalize_color("light blue"), normalize_color("dark blue"), normalize_color("navy blue")
-        ('light', 'dark', 'blue')
+        >>> normalize_color("light pink"), normalize_color("dark blue"), normalize_color("navy blue")
+        ('light', 'blue', 'blue')
         >>> normalize_color("123alabaster"), normalize_color("webshop")
         ('alabaster', 'webshop')
     """

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Mapping, Sequence
@@ -83,6 +84,14 @@ _RECEPTACLE_VERBS = frozenset({"go", "open", "close"})
 #: Verbs whose first entity is an object and second (if any) a receptacle.
 _OBJECT_VERBS = frozenset({"take", "put", "move", "clean", "heat", "cool", "slice"})
 _ENTITY = re.compile(r"([a-z][a-z ]*?)\s+\d+")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_action(action: str) -> tuple[str, tuple[str, ...], tuple[str, ...], str]:
+    """Verb, content words, argument content words and lowercased argument of an action
+    (memoised: the same action strings recur in every sibling and update)."""
+    arg = _argument(action)
+    return _verb(action), tuple(_content(_tokens(action))), tuple(_content(_tokens(arg))), arg.strip().lower()
 
 
 def _entities(action: str) -> tuple[str, str]:
@@ -227,6 +236,7 @@ class Featurizer:
         self.context_words = int(context_words)
         self.roles = bool(roles)
         self._cache: dict[str, int] = {}
+        self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], tuple[list[int], list[float]]] = {}
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
@@ -258,9 +268,50 @@ class Featurizer:
         earlier in the episode); with it the action also gets the role features described in
         :class:`Featurizer`.
         """
-        verb = _verb(action)
-        words = _content(_tokens(action))
-        args = _content(_tokens(_argument(action)))
+        head, words, tail = self._feature_parts(
+            action, goal_words=goal_words, task_type=task_type, signature=signature, channels=channels,
+            observation_lower=observation_lower, history=history, graded=graded, roles=roles,
+        )
+        feats = dict(head)
+        if self.crosses and goal_words and words:
+            feats.update(self._cross_features(goal_words, words))
+        feats.update(tail)
+        return feats
+
+    @staticmethod
+    def _cross_features(goal_words: frozenset[str], words: Sequence[str]) -> dict[str, float]:
+        """``x|g|w`` for every goal word ``g`` and action word ``w``, scaled by 1/sqrt(count)."""
+        scale = 1.0 / np.sqrt(len(goal_words) * len(words))
+        return {f"x|{g}|{w}": scale for g in sorted(goal_words) for w in words}
+
+    def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> tuple[list[int], list[float]]:
+        """:meth:`_cross_features` hashed, memoised per (goal words, action words): siblings,
+        updates and seeds score the same actions against the same goals again and again."""
+        key = (goal_words, words)
+        hit = self._cross_cache.get(key)
+        if hit is None:
+            feats = self._cross_features(goal_words, words)
+            hit = ([self.index(k) for k in feats], list(feats.values()))
+            if len(self._cross_cache) > 200_000:
+                self._cross_cache.clear()
+            self._cross_cache[key] = hit
+        return hit
+
+    def _feature_parts(
+        self,
+        action: str,
+        *,
+        goal_words: frozenset[str],
+        task_type: str,
+        signature: str,
+        channels: Sequence[str],
+        observation_lower: str,
+        history: Sequence[str],
+        graded: Sequence[str] = (),
+        roles: Mapping[str, Any] | None = None,
+    ) -> tuple[dict[str, float], tuple[str, ...], dict[str, float]]:
+        """The features before the crosses, the action's content words, the features after."""
+        verb, words, args, arg_text = _parse_action(action)
         hits = [w for w in words if w in goal_words]
         frac = len(hits) / len(words) if words else 0.0
         h = "1" if hits else "0"
@@ -276,7 +327,6 @@ class Featurizer:
         for g in graded:
             feats[f"gv|{g}|{verb}|{h}"] = 1.0
         # Context: the argument plus the observation words that follow it.
-        arg_text = _argument(action).strip().lower()
         ctx_words = set(args)
         if arg_text and self.context_words > 0:
             pos = observation_lower.find(arg_text)
@@ -285,21 +335,24 @@ class Featurizer:
                 ctx_words.update(_content(_tokens(after)[: self.context_words]))
         if goal_words:
             feats[f"ctx|{verb}"] = len(goal_words & ctx_words) / len(goal_words)
-        if self.crosses and goal_words and words:
-            scale = 1.0 / np.sqrt(len(goal_words) * len(words))
-            for g in sorted(goal_words):
-                for w in words:
-                    feats[f"x|{g}|{w}"] = feats.get(f"x|{g}|{w}", 0.0) + scale
+        tail: dict[str, float] = {}
         if roles is not None:
-            feats.update(self._role_features(action, verb, roles, signature))
+            tail.update(self._role_features(action, verb, roles, signature))
         if history:
             if action in history:
-                feats[f"seen|{verb}"] = 1.0
+                tail[f"seen|{verb}"] = 1.0
             if history[-1] == action:
-                feats[f"last|{verb}"] = 1.0
+                tail[f"last|{verb}"] = 1.0
             if len(history) >= 2 and history[-2] == action:
-                feats[f"back|{verb}"] = 1.0
-        return feats
+                tail[f"back|{verb}"] = 1.0
+        return feats, words, tail
+
+    def _emit(self, feats: Mapping[str, float], idx: list[int], val: list[float]) -> None:
+        """Append the non-zero features' hashed indices and values."""
+        for name, value in feats.items():
+            if value:
+                idx.append(self.index(name))
+                val.append(value)
 
     @staticmethod
     def _role_features(action: str, verb: str, roles: Mapping[str, Any], signature: str) -> dict[str, float]:
@@ -373,15 +426,18 @@ class Featurizer:
         val: list[float] = []
         own: list[int] = []
         for k, action in enumerate(actions):
-            feats = self.action_features(
+            head, words, tail = self._feature_parts(
                 action, goal_words=goal_words, task_type=task_type, signature=signature,
                 channels=channels, observation_lower=obs, history=history, graded=graded, roles=roles,
             )
-            for name, value in feats.items():
-                if value:
-                    idx.append(self.index(name))
-                    val.append(value)
-                    own.append(k)
+            n0 = len(idx)
+            self._emit(head, idx, val)
+            if self.crosses and goal_words and words:
+                c_idx, c_val = self._hashed_crosses(goal_words, words)
+                idx += c_idx
+                val += c_val
+            self._emit(tail, idx, val)
+            own += [k] * (len(idx) - n0)
         return Decision(
             actions=tuple(actions),
             indices=np.asarray(idx, dtype=np.int64),
@@ -418,11 +474,21 @@ class BatchEval:
         entropy: Entropy of the full action distribution per decision.
         grad: A function ``grad(coef_logp, coef_entropy) -> dense gradient`` that returns
             Σ_r coef_logp[r]·∇θ log π_r(a_r) + coef_entropy[r]·∇θ H_r.
+        logp_all: log π of every admissible action of every decision, concatenated.
+        starts: Offset of each decision's actions in ``logp_all``.
     """
 
     logp: np.ndarray
     entropy: np.ndarray
     grad: Any
+    logp_all: np.ndarray | None = None
+    starts: np.ndarray | None = None
+
+    def kl_from(self, old_logp_all: np.ndarray) -> np.ndarray:
+        """KL(π_old ‖ π) per decision, exact over the admissible actions, given the old
+        policy's ``logp_all`` of the same decisions."""
+        p_old = np.exp(old_logp_all)
+        return np.add.reduceat(p_old * (old_logp_all - self.logp_all), self.starts)
 
 
 class LinearSoftmaxPolicy:
@@ -514,4 +580,4 @@ class LinearSoftmaxPolicy:
                 ds += coef_entropy[seg] * (-p_all * (logp_all + entropy[seg]))
             return np.bincount(idx, weights=val * ds[own], minlength=dim)
 
-        return BatchEval(logp=logp, entropy=entropy, grad=grad)
+        return BatchEval(logp=logp, entropy=entropy, grad=grad, logp_all=logp_all, starts=starts)

@@ -12,7 +12,8 @@ with three kinds of record:
 This module reads only those files, so the table always agrees with them:
 
 * **L5** = mean validation success over the last five scheduled evaluations [MCGPO Eq. 14]
-  (over all of them when a run has fewer than five);
+  (over all of them when a run has fewer than five); the evaluation before the first update
+  is not scheduled and never counts (:mod:`trainers.stats`);
 * **normalised AUC** = the trapezoidal area under the success curve (update 0, the
   untrained policy, included) divided by the span of updates — the mean success over
   training on a 0–1 scale;
@@ -42,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trainers.stats import l5, mde, normalized_auc, paired_interval
 
 __all__ = [
     "RunMetrics",
@@ -105,56 +108,13 @@ class RunMetrics:
         score = np.array([e.get("score", e["success"]) for e in self.evals], dtype=np.float64)
         inv = np.array([e.get("invalid_rate", 0.0) for e in self.evals], dtype=np.float64)
         return {
-            "L5": l5(s),
+            "L5": l5(self.updates, s),
             "AUC": normalized_auc(self.updates, s),
             "final": float(s[-1]),
             "initial": float(s[0]),
-            "score_L5": l5(score),
+            "score_L5": l5(self.updates, score),
             "invalid_rate": float(inv.mean()),
         }
-
-
-def l5(values: Sequence[float], window: int = 5) -> float:
-    """Mean of the last ``window`` scheduled evaluations [MCGPO Eq. 14]."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        raise ValueError("l5 needs at least one evaluation")
-    return float(v[-window:].mean())
-
-
-def normalized_auc(updates: Sequence[float], values: Sequence[float]) -> float:
-    """Trapezoidal area under the curve divided by the span of ``updates`` (0–1 for success).
-
-    A single evaluation has no span; its value is returned.
-    """
-    x = np.asarray(updates, dtype=np.float64)
-    y = np.asarray(values, dtype=np.float64)
-    if x.shape != y.shape or x.size == 0:
-        raise ValueError("normalized_auc needs equally long, non-empty updates and values")
-    if x.size == 1 or x[-1] == x[0]:
-        return float(y.mean())
-    if np.any(np.diff(x) <= 0):
-        raise ValueError("updates must be strictly increasing")
-    area = float(np.sum((y[1:] + y[:-1]) * np.diff(x)) / 2.0)
-    return area / float(x[-1] - x[0])
-
-
-def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float, float]:
-    """Mean, sample SD and the Student-t interval (df = n − 1) of paired differences.
-
-    With one difference the SD and the interval are NaN.
-    """
-    from scipy import stats  # noqa: PLC0415  (imported when a report is made)
-
-    d = np.asarray(diffs, dtype=np.float64)
-    if d.size == 0:
-        raise ValueError("paired_interval needs at least one difference")
-    mean = float(d.mean())
-    if d.size < 2:
-        return mean, float("nan"), float("nan"), float("nan")
-    sd = float(d.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, d.size - 1)) * sd / math.sqrt(d.size)
-    return mean, sd, mean - half, mean + half
 
 
 def load_run(path: str | Path, method: str | None = None, seed: int | None = None) -> RunMetrics:
@@ -304,7 +264,8 @@ def summarize(
         for key in readouts:
             diffs = [per_method_readouts[method][s][key] - base[s][key] for s in shared]
             mean, sd, lo, hi = paired_interval(diffs)
-            out["paired"][method][key] = {"mean": mean, "sd": sd, "lo": lo, "hi": hi, "n": len(shared)}
+            out["paired"][method][key] = {"mean": mean, "sd": sd, "lo": lo, "hi": hi, "n": len(shared),
+                                          "mde": mde(sd, len(shared))}
     return out
 
 
@@ -350,16 +311,19 @@ def write_markdown(summary: Mapping[str, Any], path: str | Path, *, title: str =
     if summary["paired"]:
         lines += [
             "",
-            f"Paired differences to **{base}** (percentage points, mean and 95% Student-t interval over seeds, df = n − 1):",
+            f"Paired differences to **{base}** (percentage points, mean and 95% Student-t interval over seeds, "
+            "df = n − 1; MDE = the smallest true difference a paired two-sided t-test at α = 0.05 detects with "
+            "80% power at this SD of the differences and n seeds):",
             "",
-            "| method | Δ L5 | 95% CI (L5) | Δ AUC | 95% CI (AUC) | n |",
-            "|---|---|---|---|---|---|",
+            "| method | Δ L5 | 95% CI (L5) | SD (L5) | MDE (L5) | Δ AUC | 95% CI (AUC) | MDE (AUC) | n |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for method, p in summary["paired"].items():
             a, b = p["L5"], p["AUC"]
             lines.append(
-                f"| {method} | {_signed(a['mean'])} | [{_signed(a['lo'])}, {_signed(a['hi'])}] "
-                f"| {_signed(b['mean'])} | [{_signed(b['lo'])}, {_signed(b['hi'])}] | {a['n']} |"
+                f"| {method} | {_signed(a['mean'])} | [{_signed(a['lo'])}, {_signed(a['hi'])}] | {_pct(a['sd'])} "
+                f"| {_pct(a['mde'])} | {_signed(b['mean'])} | [{_signed(b['lo'])}, {_signed(b['hi'])}] "
+                f"| {_pct(b['mde'])} | {a['n']} |"
             )
     diag_keys = sorted({k for e in summary["methods"].values() for k in e["diagnostics"]})
     if diag_keys:

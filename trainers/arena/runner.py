@@ -7,8 +7,10 @@ method (estimator, or estimator with an ablation) and one seed:
    ``group_size`` (G) siblings of each from identical start states (same task, same reset
    seed) at temperature 1, recording each decision's features and log π_old(a);
 2. the estimator turns the P groups into per-step advantages (and MCGPO preferences);
-3. ``epochs`` passes of pair-aware mini-batch Adam steps on the per-decision SPEC §5
-   objective (:mod:`trainers.arena.objective`), the reference policy being the initial one;
+3. the shared update rule (:mod:`trainers.update_rule`): advantages in units of their
+   running RMS, up to ``epochs`` passes of pair-aware mini-batch SGD steps on the
+   per-decision SPEC §5 objective (:mod:`trainers.arena.objective`) inside a KL trust
+   region, the reference policy being the initial one;
 4. every ``eval_every`` updates (and before the first) one rollout per validation task at
    temperature 0.4 (SPEC §6).
 
@@ -47,6 +49,7 @@ from agent_envs.rollout import matching_keys
 from agent_envs.trajectory import Step, Trajectory
 from trainers.arena.memo import EpisodeMemo
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
+from trainers.update_rule import AdvantageScaler, UpdateRuleConfig, trust_region_update
 from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
 
@@ -149,9 +152,14 @@ class ArenaConfig:
         train_tasks: Size of the fixed training pool (task indices 0..N-1 of the split).
         val_tasks: Size of the fixed validation set.
         eval_every: Validate every this many updates (and before the first).
-        epochs: Passes over an update's rows.
+        epochs: Maximum passes over an update's rows (the trust region may stop earlier).
         minibatch: Rows per micro-batch (MCGPO pairs are kept together).
-        lr: Adam step size.
+        lr: SGD step size of the RL updates (on advantages in units of their running RMS).
+        target_kl: The update rule's trust region: mean KL(π_old ‖ π_new) per update, nats
+            (:mod:`trainers.update_rule`).
+        adv_norm: ``"running_rms"`` or ``"none"`` (:class:`~trainers.update_rule.AdvantageScaler`).
+        adv_scale: Multiply every advantage by this before the update rule sees it (the
+            rescaling control: with ``adv_norm="running_rms"`` it must change nothing).
         temperature: Rollout temperature (SPEC §5: 1.0).
         eval_temperature: Validation temperature (SPEC §6: 0.4).
         max_steps: Episode horizon (``None``: the preset's).
@@ -166,9 +174,11 @@ class ArenaConfig:
         fast_grammar: Memoise TextWorld's grammar parsing in this process
             (:mod:`agent_envs.alfworld.fast_grammar`; ALFWorld steps 2-3x faster, same outputs).
         warm_start: Behaviour-clone the initial policy on the stored walkthroughs of this
-            many training tasks (0: start from the uniform policy).  ALFWorld games carry a
-            walkthrough; WebShop has none, so it must stay 0 there.
+            many tasks, disjoint from the RL training pool and the validation set (0: start
+            from the uniform policy).  ALFWorld games carry a walkthrough; WebShop has none,
+            so it must stay 0 there.
         warm_start_epochs: Passes of the behaviour-cloning warm start.
+        warm_start_lr: Adam step size of the behaviour-cloning warm start.
         task_types: ALFWorld only: restrict the split to these task types (``gym.make``'s
             ``task_types``; ``None``: all six).
         validate_on_train: Validate on the first ``val_tasks`` training tasks instead of
@@ -182,9 +192,12 @@ class ArenaConfig:
     train_tasks: int = 24
     val_tasks: int = 24
     eval_every: int = 5
-    epochs: int = 2
+    epochs: int = 4
     minibatch: int = 32
-    lr: float = 0.1
+    lr: float = 1.0
+    target_kl: float = 0.05
+    adv_norm: str = "running_rms"
+    adv_scale: float = 1.0
     temperature: float = 1.0
     eval_temperature: float = 0.4
     max_steps: int | None = None
@@ -202,6 +215,7 @@ class ArenaConfig:
     fast_grammar: bool = True
     warm_start: int = 0
     warm_start_epochs: int = 3
+    warm_start_lr: float = 0.1
     validate_on_train: bool = False
     task_types: list[str] | None = None
 
@@ -220,15 +234,26 @@ class ArenaConfig:
             raise ValueError(
                 f"ArenaConfig.tasks_per_update ({self.tasks_per_update}) exceeds train_tasks ({self.train_tasks})"
             )
-        for name in ("lr", "temperature", "eval_temperature"):
+        for name in ("lr", "temperature", "eval_temperature", "warm_start_lr", "adv_scale"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"ArenaConfig.{name} must be a positive number, got {value!r}")
-        if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or not 0 <= self.warm_start <= self.train_tasks:
-            raise ValueError(f"ArenaConfig.warm_start must be an integer in [0, train_tasks], got {self.warm_start!r}")
+        if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or self.warm_start < 0:
+            raise ValueError(f"ArenaConfig.warm_start must be an integer >= 0, got {self.warm_start!r}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
             raise ValueError(f"ArenaConfig.max_steps must be a positive integer or None, got {self.max_steps!r}")
         self.objective()  # validates the coefficients
+        self.update_rule()
+
+    def update_rule(self) -> UpdateRuleConfig:
+        """The shared update rule's settings (:mod:`trainers.update_rule`)."""
+        return UpdateRuleConfig(epochs=self.epochs, target_kl=self.target_kl, adv_norm=self.adv_norm)
+
+    @property
+    def n_tasks_needed(self) -> int:
+        """Tasks of the training split a run uses: RL pool, held-out validation set when it
+        shares the split, and the warm-start tasks after both."""
+        return self.train_tasks + self.val_tasks + self.warm_start
 
     @classmethod
     def for_env(cls, env: str, **overrides: Any) -> ArenaConfig:
@@ -292,7 +317,7 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
     kwargs = dict(preset.make_kwargs)
     kwargs["max_steps"] = cfg.horizon
     if preset.generated_n is not None:
-        kwargs["generated_n"] = max(preset.generated_n, cfg.train_tasks + cfg.val_tasks)
+        kwargs["generated_n"] = max(preset.generated_n, cfg.n_tasks_needed)
     if cfg.task_types is not None:
         if preset.family != "alfworld":
             raise ValueError("ArenaConfig.task_types applies to ALFWorld environments only")
@@ -519,41 +544,69 @@ def _minibatches(
     return out
 
 
-def update_policy(
-    policy: LinearSoftmaxPolicy,
-    reference: LinearSoftmaxPolicy,
-    optimizer: Adam,
-    records: Sequence[DecisionRecord],
-    advantages: np.ndarray,
-    pairs: Sequence[tuple[int, int, float]],
-    objective: ObjectiveConfig,
-    *,
-    epochs: int,
-    minibatch: int,
-    rng: np.random.Generator,
-) -> dict[str, float]:
-    """Several epochs of pair-aware mini-batch Adam steps; returns mean loss diagnostics."""
-    decisions = [r.decision for r in records]
-    chosen = np.array([r.chosen for r in records], dtype=np.int64)
-    old = np.array([r.old_logp for r in records], dtype=np.float64)
-    ref = reference.evaluate(decisions, chosen).logp
-    acc: dict[str, list[float]] = defaultdict(list)
-    for _ in range(epochs):
-        for rows, bpairs in _minibatches(len(records), pairs, minibatch, rng):
-            ev = policy.evaluate([decisions[r] for r in rows], chosen[rows])
+class _ArenaOps:
+    """:class:`~trainers.update_rule.PolicyOps` of the linear policy on one update's rows:
+    pair-aware mini-batch SGD steps on the SPEC §5 objective, exact KL over the admissible
+    actions."""
+
+    def __init__(self, policy: LinearSoftmaxPolicy, reference: LinearSoftmaxPolicy,
+                 records: Sequence[DecisionRecord], advantages: np.ndarray,
+                 pairs: Sequence[tuple[int, int, float]], objective: ObjectiveConfig,
+                 *, lr: float, minibatch: int, rng: np.random.Generator) -> None:
+        self.policy, self.objective, self.lr, self.minibatch, self.rng = policy, objective, lr, minibatch, rng
+        self.decisions = [r.decision for r in records]
+        self.chosen = np.array([r.chosen for r in records], dtype=np.int64)
+        self.old = np.array([r.old_logp for r in records], dtype=np.float64)
+        self.ref = reference.evaluate(self.decisions, self.chosen).logp
+        self.advantages, self.pairs = advantages, pairs
+        self.old_all = policy.evaluate(self.decisions, self.chosen).logp_all
+
+    def snapshot(self) -> np.ndarray:
+        return self.policy.weights.copy()
+
+    def epoch(self, index: int) -> dict[str, float]:
+        acc: dict[str, list[float]] = defaultdict(list)
+        for rows, bpairs in _minibatches(len(self.decisions), self.pairs, self.minibatch, self.rng):
+            ev = self.policy.evaluate([self.decisions[r] for r in rows], self.chosen[rows])
             out = decision_loss(
-                logp=ev.logp, old_logp=old[rows], ref_logp=ref[rows], advantages=advantages[rows],
-                entropy=ev.entropy, pairs=bpairs, config=objective,
+                logp=ev.logp, old_logp=self.old[rows], ref_logp=self.ref[rows],
+                advantages=self.advantages[rows], entropy=ev.entropy, pairs=bpairs, config=self.objective,
             )
-            optimizer.step(policy.weights, ev.grad(out.d_logp, out.d_entropy))
+            self.policy.weights -= self.lr * ev.grad(out.d_logp, out.d_entropy)
             for k in ("loss", "policy_loss", "kl", "entropy", "pair_loss", "clip_fraction", "dual_clip_fraction"):
                 acc[k].append(getattr(out, k))
             if out.n_pairs:
                 acc["pair_accuracy"].append(out.pair_accuracy)
-    final = policy.evaluate(decisions, chosen).logp
-    stats = {k: float(np.mean(v)) for k, v in acc.items()}
-    stats["approx_kl_old"] = float(np.mean(old - final))
-    return stats
+        return {("kl_ref" if k == "kl" else k): float(np.mean(v)) for k, v in acc.items()}
+
+    def kl(self, snapshot: np.ndarray) -> float:
+        ev = self.policy.evaluate(self.decisions, self.chosen)
+        return float(np.mean(ev.kl_from(self.old_all)))
+
+    def interpolate(self, snapshot: np.ndarray, beta: float) -> None:
+        self.policy.weights[:] = snapshot + beta * (self.policy.weights - snapshot)
+
+    def distance(self, snapshot: np.ndarray) -> float:
+        return float(np.linalg.norm(self.policy.weights - snapshot))
+
+
+def update_policy(
+    policy: LinearSoftmaxPolicy,
+    reference: LinearSoftmaxPolicy,
+    records: Sequence[DecisionRecord],
+    advantages: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    objective: ObjectiveConfig,
+    rule: UpdateRuleConfig,
+    *,
+    lr: float,
+    minibatch: int,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """One update of :func:`~trainers.update_rule.trust_region_update` on the linear policy
+    (``advantages`` already scaled); returns its diagnostics."""
+    ops = _ArenaOps(policy, reference, records, advantages, pairs, objective, lr=lr, minibatch=minibatch, rng=rng)
+    return trust_region_update(ops, rule)
 
 
 def _aggregate_credit(results: Sequence[Any]) -> dict[str, float]:
@@ -613,7 +666,7 @@ def warm_start(
                 break
     if not decisions:
         raise ValueError(f"warm_start: no walkthrough found for the {len(tasks)} training tasks of {cfg.env}")
-    opt = Adam(policy.dim, lr=cfg.lr)
+    opt = Adam(policy.dim, lr=cfg.warm_start_lr)
     rng = np.random.default_rng(0)
     n = len(decisions)
     for _ in range(cfg.warm_start_epochs):
@@ -624,6 +677,15 @@ def warm_start(
             opt.step(policy.weights, ev.grad(np.full(len(rows), -1.0 / len(rows))))
     final = policy.evaluate(decisions, chosen)
     return {"demo_rows": float(n), "demo_logp": float(final.logp.mean())}
+
+
+def warm_start_tasks(env: Any, cfg: ArenaConfig) -> list[Any]:
+    """The ``cfg.warm_start`` behaviour-cloning tasks: the positions of the training split
+    after the RL pool (and after the validation set when it shares the split), so cloned
+    tasks are never trained on with RL nor validated on."""
+    preset = cfg.preset
+    offset = cfg.train_tasks + (cfg.val_tasks if preset.val_split == preset.train_split else 0)
+    return resolve_tasks(env, preset.train_split, cfg.warm_start, offset)
 
 
 # ------------------------------------------------------------------------------- one run
@@ -699,9 +761,10 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     policy = LinearSoftmaxPolicy(cfg.dim)
     warm: dict[str, float] = {}
     if cfg.warm_start:
-        warm = warm_start(policy, env, cfg, train_pool[: cfg.warm_start], featurizer)
+        warm = warm_start(policy, env, cfg, warm_start_tasks(env, cfg), featurizer)
     reference = policy.copy()
-    optimizer = Adam(cfg.dim, lr=cfg.lr)
+    rule = cfg.update_rule()
+    scaler = AdvantageScaler.from_config(rule)
     run = RunMetrics(method=method, seed=seed)
     task_rng = _rng(seed, 7)
     log.info("arena run %s seed %d: %s", method, seed, spec.params)
@@ -755,11 +818,14 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 for pref in res.pairs:
                     (pi, pt), (ni, nt) = pref.preferred, pref.rejected
                     pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
-            advantages = np.concatenate(adv_parts) if adv_parts else np.zeros(0)
+            advantages = cfg.adv_scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
+            scaled = scaler.normalize(advantages)
             loss_stats = update_policy(
-                policy, reference, optimizer, records, advantages, pairs, objective,
-                epochs=cfg.epochs, minibatch=cfg.minibatch, rng=_rng(seed, update, 99),
+                policy, reference, records, scaled, pairs, objective, rule,
+                lr=cfg.lr, minibatch=cfg.minibatch, rng=_rng(seed, update, 99),
             )
+            loss_stats["adv_rms"] = float(np.sqrt(np.mean(advantages**2))) if advantages.size else 0.0
+            loss_stats["adv_rms_scaled"] = float(np.sqrt(np.mean(scaled**2))) if scaled.size else 0.0
             t3 = time.perf_counter()
             trajs = [t for g in groups for t in g]
             n_steps = sum(len(t.steps) for t in trajs)
@@ -823,7 +889,7 @@ def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
         return []
     from agent_envs.alfworld.generator import ensure_generated
 
-    n = max(preset.generated_n, cfg.train_tasks + cfg.val_tasks)
+    n = max(preset.generated_n, cfg.n_tasks_needed)
     return [Path(p) for p in ensure_generated(n=n, seed=0, task_types=cfg.task_types)]
 
 

@@ -1,0 +1,47 @@
+"""Repository-wide pytest rules for the docstring examples (``--doctest-modules``, see
+``[tool.pytest.ini_options]`` in pyproject.toml); the suite's own rules are in
+``tests/conftest.py``.
+
+* A module that cannot be imported because an optional engine is not installed is skipped
+  (``--doctest-ignore-import-errors``); under ``RUBRICGYM_STRICT_SKIPS=1`` (CI, where every
+  extra is installed) such a skip is a failure, so a broken import cannot hide.
+* The terminal summary prints how many docstring examples ran.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_STRICT = os.environ.get("RUBRICGYM_STRICT_SKIPS", "") not in ("", "0", "false")
+_DOCTESTS: set[str] = set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if _STRICT and report.skipped and type(collector).__name__ == "DoctestModule":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"doctest module skipped under RUBRICGYM_STRICT_SKIPS=1 (CI): {reason}"
+
+
+def pytest_collection_modifyitems(items):
+    _DOCTESTS.update(item.nodeid for item in items if type(item).__name__ == "DoctestItem")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter):
+    if not _DOCTESTS:
+        return
+    counts = {}
+    for outcome in ("passed", "failed", "skipped"):
+        counts[outcome] = len({r.nodeid for r in terminalreporter.stats.get(outcome, [])
+                               if getattr(r, "nodeid", None) in _DOCTESTS})
+    modules = len({nodeid.split("::")[0] for nodeid in _DOCTESTS})
+    terminalreporter.write_line(
+        f"doctests: {len(_DOCTESTS)} docstrings with examples in {modules} modules: {counts['passed']} passed, "
+        f"{counts['failed']} failed, {counts['skipped']} skipped"
+    )
