@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter):
-    if not _DOCTESTS:
+    if not _DOCTESTS or terminalreporter.config.option.collectonly:
         return
     counts = {}
     for outcome in ("passed", "failed", "skipped"):
