@@ -251,8 +251,9 @@ def test_a_finished_cache_is_reused_without_the_engine(
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("the cache was regenerated")
 
-    monkeypatch.setattr(cache_module, "_generate_into", boom)
+    monkeypatch.setattr(cache_module.GameSet, "_generate", boom)
     assert ensure_generated(n=6, seed=11, cache_dir=root) == small_cache
+    assert gen.GameSet(n=6, seed=11, cache_dir=root).path_at(5) == small_cache[5]
 
 
 def test_default_cache_dir_honours_rubricgym_cache(
@@ -276,10 +277,11 @@ def test_default_cache_dir_honours_rubricgym_cache(
     assert paths[0].parent.parent.name.endswith("-1") and paths[1].parent.parent.name.endswith("-0")
 
 
-def test_an_interrupted_generation_leaves_nothing_behind(
+def test_an_interrupted_generation_keeps_its_finished_games(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "c"
+    reference = ensure_generated(n=3, seed=0, cache_dir=tmp_path / "ref", workers=1)
     real_build = games_module.build_game
     calls = {"n": 0}
 
@@ -291,13 +293,52 @@ def test_an_interrupted_generation_leaves_nothing_behind(
 
     monkeypatch.setattr(games_module, "build_game", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
-        ensure_generated(n=2, seed=0, cache_dir=cache, workers=1)
-    assert not cache.exists() and list(tmp_path.iterdir()) == []  # no partial cache, no temp dir
+        ensure_generated(n=3, seed=0, cache_dir=cache, workers=1)
+    # game 0 was finished and kept (its file and its entry); no manifest, no temp files
+    assert not (cache / "manifest.json").exists()
+    assert sorted(p.name for p in (cache / ".partial").iterdir()) == ["0.json", "spec.json"]
+    assert not list(cache.rglob("*.tmp"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "ref"]
     monkeypatch.setattr(games_module, "build_game", real_build)
-    # a stray temp dir from a killed run is ignored, then the cache is built normally
-    (tmp_path / ".c.tmp-stray" / "junk").mkdir(parents=True)
-    paths = ensure_generated(n=2, seed=0, cache_dir=cache, workers=1)
-    assert len(paths) == 2 and all(p.is_relative_to(cache) for p in paths)
+    calls["n"] = 0
+    built = []
+    monkeypatch.setattr(
+        games_module, "build_game", lambda *a, **k: built.append(a[1]) or real_build(*a, **k)
+    )
+    paths = ensure_generated(n=3, seed=0, cache_dir=cache, workers=1)
+    # only games 1 and 2 were built again (types TASK_TYPES[1], TASK_TYPES[2]), and the set is
+    # byte for byte the one generated in one go
+    assert built == [TASK_TYPES[1], TASK_TYPES[2]]
+    assert [p.relative_to(cache) for p in paths] == [p.relative_to(tmp_path / "ref") for p in reference]
+    assert [p.read_bytes() for p in paths] == [p.read_bytes() for p in reference]
+    assert (cache / "manifest.json").read_bytes() == (tmp_path / "ref" / "manifest.json").read_bytes()
+    assert not (cache / ".partial").exists()
+
+
+def test_a_game_set_generates_only_the_types_it_is_asked_for(tmp_path: Path) -> None:
+    """The lazy path the environment takes: sorted position -> that type's block only."""
+    reference = ensure_generated(n=12, seed=2, cache_dir=tmp_path / "ref", workers=1)
+    lazy = gen.GameSet(n=12, seed=2, cache_dir=tmp_path / "lazy", workers=1)
+    # 12 games, 2 per type; types sorted as the ids sort: look_at_obj_in_light (positions 0-1),
+    # pick_and_place_simple (2-3), pick_clean_... (4-5), pick_cool_... (6-7), pick_heat_... (8-9),
+    # pick_two_obj_and_place (10-11)
+    assert lazy.bounds["look_at_obj_in_light"] == (0, 2)
+    assert lazy.bounds["pick_two_obj_and_place"] == (10, 12)
+    assert lazy.indices("pick_heat_then_place_in_recep") == [3, 9]
+    got = lazy.path_at(9)
+    assert got.relative_to(tmp_path / "lazy") == reference[9].relative_to(tmp_path / "ref")
+    assert got.read_bytes() == reference[9].read_bytes()
+    made = sorted(p.parent.parent.name for p in (tmp_path / "lazy").glob("*/trial_0/game.tw-pddl"))
+    assert [m.split("-")[0] for m in made] == ["pick_heat_then_place_in_recep"] * 2
+    assert not (tmp_path / "lazy" / "manifest.json").exists()
+    # the rest on demand; the finished cache equals the one generated in one go
+    assert [p.relative_to(tmp_path / "lazy") for p in lazy.all()] == [
+        p.relative_to(tmp_path / "ref") for p in reference
+    ]
+    ref_manifest = (tmp_path / "ref" / "manifest.json").read_bytes()
+    assert (tmp_path / "lazy" / "manifest.json").read_bytes() == ref_manifest
+    with pytest.raises(IndexError, match="out of range 0..11"):
+        lazy.path_at(12)
 
 
 def _generate_in_process(cache: str) -> list[str]:
@@ -312,6 +353,7 @@ def test_concurrent_first_use_from_two_processes(tmp_path: Path) -> None:
         a, b = pool.map(_generate_in_process, [str(cache), str(cache)])
     assert a == b and len(a) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared"]  # no temp dirs left over
+    assert sorted(p.name for p in cache.iterdir() if p.name.startswith(".")) == [".lock"]
     assert ensure_generated(n=2, seed=5, cache_dir=cache) == [Path(p) for p in a]
 
 

@@ -32,21 +32,25 @@ A restored state is therefore indistinguishable from a fresh load: the test-suit
 games through both stacks and compares every observation, admissible-command list, fact set
 and won flag.
 
-``fast_downward.pddl2sas`` also overwrites ``sys.argv`` (a hack of the translator's option
-parser); :func:`translate` restores it.
+``fast_downward.pddl2sas`` replaces ``sys.argv`` (a hack of the translator's option parser)
+and swaps ``sys.stdout`` while it runs; :func:`preserve_process_state` puts back the caller's
+own objects (``sys.argv``, ``sys.stdout``/``sys.stderr``, the working directory, the root
+logger's handlers) around every translation, so library code never changes them.
 
 Nothing here is imported by ``import agent_envs``; textworld and alfworld load on first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import sys
 import threading
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,7 @@ __all__ = [
     "game_logic",
     "make_engine",
     "make_raw_engine",
+    "preserve_process_state",
     "read_game_file",
     "translate",
     "translation_cache_clear",
@@ -101,6 +106,48 @@ def check_game_data(data: Any, label: str) -> None:
     missing = [k for k in GAME_KEYS if not isinstance(data.get(k), str) or not data.get(k)]
     if missing:
         raise GameFileError(f"corrupt ALFWorld game file {label}: missing or empty {', '.join(missing)}")
+
+
+@contextlib.contextmanager
+def preserve_process_state() -> Iterator[None]:
+    """Run a block that may clobber process state, then restore the caller's.
+
+    Restores ``sys.argv`` (the same list object, with its original items), ``sys.stdout`` and
+    ``sys.stderr`` (when the block left others in place), the working directory and the root
+    logger's handler list. fast-downward's translator replaces ``sys.argv`` with
+    ``['translate.py', 'domain', 'task']``; textworld runs it inside every ``PddlState``.
+
+    Example:
+        >>> import sys
+        >>> before = sys.argv
+        >>> with preserve_process_state():
+        ...     sys.argv = ["translate.py", "domain", "task"]
+        >>> sys.argv is before
+        True
+    """
+    argv, argv_items = sys.argv, list(sys.argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:  # the working directory was removed: nothing to go back to
+        cwd = None
+    handlers = list(logging.root.handlers)
+    try:
+        yield
+    finally:
+        sys.argv = argv
+        if argv != argv_items:
+            argv[:] = argv_items
+        if sys.stdout is not stdout:
+            sys.stdout = stdout
+        if sys.stderr is not stderr:
+            sys.stderr = stderr
+        if cwd is not None:
+            with contextlib.suppress(OSError):
+                if os.getcwd() != cwd:
+                    os.chdir(cwd)
+        if logging.root.handlers != handlers:
+            logging.root.handlers[:] = handlers
 
 
 # ------------------------------------------------------------------------------------------
@@ -180,15 +227,11 @@ def translate(domain: str, problem: str) -> Translation:
             _cache.move_to_end(key)
             _stats["hits"] += 1
             return hit
-    import fast_downward
+    with _translate_lock, preserve_process_state():  # pddl2sas replaces sys.argv
+        import fast_downward
 
-    with _translate_lock:
-        argv = list(sys.argv)
-        try:
-            task, sas = fast_downward.pddl2sas(domain, problem)
-            _, sas_replan = fast_downward.pddl2sas(domain, problem, optimize=True)
-        finally:
-            sys.argv[:] = argv  # pddl2sas overwrites sys.argv for the translator's options
+        task, sas = fast_downward.pddl2sas(domain, problem)
+        _, sas_replan = fast_downward.pddl2sas(domain, problem, optimize=True)
     name2type = {o.name: o.type_name for o in task.objects}
     result = Translation(
         task=task,
@@ -354,13 +397,17 @@ def _restorable_env_class() -> type:
                 data = read_game_file(filename_or_data)
                 self._game_file = str(filename_or_data)
             label = self._game_file or "<game data>"
+            # Nothing of the engine changes until the new game has loaded: a game that fails
+            # leaves the engine without a game (never half of one).
+            self._game_data = None
+            self._translation = None
             self._initial_texts = None
-            self._game_data = data
-            self.walkthrough = data.get("walkthrough", None)
             try:
-                self._logic = game_logic(data["pddl_domain"], data["grammar"])
-                self._translation = translate(data["pddl_domain"], data["pddl_problem"])
-                self._pddl_state = self._initial_state()
+                logic = game_logic(data["pddl_domain"], data["grammar"])
+                translation = translate(data["pddl_domain"], data["pddl_problem"])
+                state = _restored_state(self.downward_lib, data["pddl_problem"], logic, translation)
+                self._logic, self._pddl_state = logic, state
+                entity_infos = self._get_entity_infos()
             except GameFileError:
                 raise
             except Exception as exc:  # tatsu parse errors, translator assertion errors, ...
@@ -368,13 +415,17 @@ def _restorable_env_class() -> type:
                     f"corrupt ALFWorld game file {label}: the engine cannot load it "
                     f"({type(exc).__name__}: {exc})"
                 ) from exc
-            self._entity_infos = self._get_entity_infos()
+            self._game_data, self._translation = data, translation
+            self.walkthrough = data.get("walkthrough", None)
+            self._entity_infos = entity_infos
 
         def _initial_state(self) -> Any:
-            assert self._translation is not None
+            if self._translation is None or self._game_data is None:
+                raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
             return _restored_state(
                 self.downward_lib, self._game_data["pddl_problem"], self._logic, self._translation
             )
+
 
         def reset(self) -> GameState:
             # Same sequence as PddlEnv.reset, with the kept grounding instead of a new one.

@@ -45,7 +45,19 @@ into the split's sorted task ids, a task id (the game folder relative to its spl
 path to a ``game.tw-pddl`` (or its folder).  Without a task, one is drawn from the split
 with the environment's seeded RNG.  Splits: ``train``, ``valid_seen``, ``valid_unseen`` (the
 real games under ``$ALFWORLD_DATA``) and ``generated`` (the default: seeded games built by
-:mod:`agent_envs.alfworld.generator` into a cache on first use, no download needed).
+:mod:`agent_envs.alfworld.generator` into a cache on first use, no download needed).  On a
+cold cache a reset generates only the games of its task's type (ten of the default sixty, a
+few seconds); the others are generated when a reset needs them, and :meth:`task_ids`
+generates them all.  The games and the task order are the same either way.
+
+``options["split"]`` applies to that reset only: later resets without it use the split the
+environment was made with (``env.unwrapped.split``), as ``WebShop-Rubric-v0`` does.
+
+A reset that fails (bad options, an unknown task, a game file that cannot be loaded) raises
+and changes nothing: not the split, not the RNG, and, when it fails before a game is
+loaded, not the episode in progress.  When the engine has already left the previous game
+(the new one failed to load), that episode is over and :meth:`step` raises ``RuntimeError``
+naming the failed reset until a reset succeeds.
 
 Resetting to the game already loaded is fast: the grounded PDDL problem is kept and the
 initial state restored exactly (no fast-downward translation); siblings of one game in one
@@ -66,7 +78,7 @@ import hashlib
 import logging
 import os
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, SupportsFloat
@@ -199,6 +211,8 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         self.action_space = spaces.Text(max_length=256, min_length=0, charset=CHARSET)
 
         self._engine: Any = None
+        self._game_set: Any = None  # the generated split's GameSet (made on first use)
+        self._failed_reset: str | None = None
         self._game: _Game | None = None
         self._games: dict[str, _Game] = {}
         self._catalogues: dict[str, tuple[list[str], dict[str, str]]] = {}
@@ -236,59 +250,102 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             self._catalogues[split] = (ids, paths)
         return self._catalogues[split]
 
-    def _generated_catalogue(self) -> tuple[list[str], dict[str, str]]:
-        from agent_envs.alfworld import generator  # lazy: the generator is only needed here
+    def _generated(self) -> Any:
+        """The generated split's :class:`~agent_envs.alfworld.generator.GameSet`."""
+        if self._game_set is None:
+            from agent_envs.alfworld import generator  # lazy: the generator is only needed here
 
-        kwargs: dict[str, Any] = {"n": self.generated_n, "seed": self.generated_seed}
-        if self.generated_cache_dir is not None:
-            kwargs["cache_dir"] = self.generated_cache_dir
-        if self.task_types is not None:
-            kwargs["task_types"] = list(self.task_types)
-        files = [Path(p) for p in generator.ensure_generated(**kwargs)]
-        # Layout <cache>/<task folder>/<trial>/game.tw-pddl: ids are "<task folder>/<trial>".
-        paths = {f"{p.parent.parent.name}/{p.parent.name}": str(p) for p in files}
+            self._game_set = generator.GameSet(
+                n=self.generated_n,
+                seed=self.generated_seed,
+                cache_dir=self.generated_cache_dir,
+                task_types=list(self.task_types) if self.task_types is not None else None,
+            )
+        return self._game_set
+
+    def _generated_catalogue(self) -> tuple[list[str], dict[str, str]]:
+        files = [Path(p) for p in self._generated().all()]
+        paths = {_generated_id(p): str(p) for p in files}
         ids = sorted(paths)
         if self.task_types is not None:
             ids = [t for t in ids if alf_data.task_type_of(t) in set(self.task_types)]
         return ids, paths
 
+    def _lazy(self, split: str) -> Any:
+        """The generated split's GameSet while its full catalogue is not built, else None."""
+        if split == "generated" and split not in self._catalogues:
+            return self._generated()
+        return None
+
     def _resolve(self, task: Any, split: str) -> tuple[str, str | None, int | None, str]:
         """(task id, split, index, game file path) of a task reference."""
-        if task is None:
-            ids, paths = self._catalogue(split)
-            index = int(self.np_random.integers(len(ids)))
-            return ids[index], split, index, paths[ids[index]]
         if isinstance(task, (bool, np.bool_)):
             raise TypeError("options['task'] must be an index, a task id or a game-file path, not a bool")
-        if isinstance(task, (int, np.integer)):
-            ids, paths = self._catalogue(split)
-            index = int(task)
-            if not 0 <= index < len(ids):
-                raise ValueError(
-                    f"task index {index} out of range: split {split!r} has {len(ids)} tasks (0..{len(ids) - 1})"
-                )
-            return ids[index], split, index, paths[ids[index]]
+        if task is None or isinstance(task, (int, np.integer)):
+            return self._resolve_index(task, split)
         if isinstance(task, os.PathLike):
             return self._path_task(Path(task), split)
         if not isinstance(task, str):
             raise TypeError(
                 f"options['task'] must be an int index, a task id (str) or a path, got {type(task).__name__}"
             )
-        ids, paths = self._catalogue_or_empty(split)
         key = task.strip().strip("/")
-        if key in paths:
-            return key, split, ids.index(key), paths[key]
-        if key.endswith("/" + alf_data.GAME_FILE) and key[: -len(alf_data.GAME_FILE) - 1] in paths:
+        if key.endswith("/" + alf_data.GAME_FILE):
             key = key[: -len(alf_data.GAME_FILE) - 1]
-            return key, split, ids.index(key), paths[key]
+        found = self._find_id(key, split)
+        if found is not None:
+            return found
         candidate = Path(task).expanduser()
-        if candidate.exists():
+        try:
+            exists = candidate.exists()
+        except (OSError, ValueError):  # e.g. a name too long for the file system
+            exists = False
+        if exists:
             return self._path_task(candidate, split)
+        lazy = self._lazy(split)
+        size = lazy.n if lazy is not None else len(self._catalogue_or_empty(split)[0])
+        shown = task if len(task) <= 120 else f"{task[:100]}... ({len(task)} characters)"
         raise ValueError(
-            f"unknown ALFWorld task {task!r} for split {split!r} ({len(ids)} tasks). Pass an index "
-            f"0..{max(len(ids) - 1, 0)}, a game-file path, or a task id as listed by "
+            f"unknown ALFWorld task {shown!r} for split {split!r} ({size} tasks). Pass an index "
+            f"0..{max(size - 1, 0)}, a game-file path, or a task id as listed by "
             f"`env.unwrapped.task_ids({split!r})` or `rubricgym alfworld-tasks --split {split}`"
         )
+
+    def _resolve_index(self, task: int | None, split: str) -> tuple[str, str | None, int | None, str]:
+        """A task index (or a seeded draw when ``task`` is None) of ``split``."""
+        lazy = self._lazy(split)
+        size = lazy.n if lazy is not None else len(self._catalogue(split)[0])
+        if task is None:
+            index = int(self.np_random.integers(size))
+        else:
+            index = int(task)
+            if not 0 <= index < size:
+                raise ValueError(
+                    f"task index {index} out of range: split {split!r} has {size} tasks (0..{size - 1})"
+                )
+        if lazy is not None:  # generates only this task type's games
+            path = lazy.path_at(index)
+            return _generated_id(path), split, index, str(path)
+        ids, paths = self._catalogue(split)
+        return ids[index], split, index, paths[ids[index]]
+
+    def _find_id(self, key: str, split: str) -> tuple[str, str | None, int | None, str] | None:
+        """The task of id ``key`` in ``split``, or None."""
+        lazy = self._lazy(split)
+        if lazy is not None:
+            task_type = alf_data.task_type_of(key)
+            if task_type not in lazy.bounds:
+                return None
+            group = lazy.group(task_type)  # generates only this task type's games
+            ids = [_generated_id(p) for p in group]
+            if key not in ids:
+                return None
+            k = ids.index(key)
+            return key, split, lazy.bounds[task_type][0] + k, str(group[k])
+        ids, paths = self._catalogue_or_empty(split)
+        if key in paths:
+            return key, split, ids.index(key), paths[key]
+        return None
 
     def _catalogue_or_empty(self, split: str) -> tuple[list[str], dict[str, str]]:
         try:
@@ -322,6 +379,7 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             game = self._game
             game.task_id, game.split, game.index = task_id, split, index
             return self._begin(game, state)
+        self._game = None  # the engine leaves the previous game: never reset it "fast" again
         self._engine.load(path)
         state = self._engine.reset()
         game = self._games.get(path)
@@ -358,17 +416,26 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """Start an episode (see the module doc for ``options``)."""
-        super().reset(seed=seed)
-        options = dict(options or {})
-        unknown = set(options) - {"task", "split"}
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; expected 'task' and/or 'split'")
-        split = options.get("split", self.split)
+        """Start an episode (see the module doc for ``options``; a failed reset changes nothing)."""
+        options = _reset_options(options)
+        split = options.get("split", self.split)  # this reset only (module doc)
         _check_split(split)
-        self.split = split
-        task_id, task_split, index, path = self._resolve(options.get("task"), split)
-        game = self._load(task_id, task_split, index, path)
+        saved_rng = _rng_state(self)
+        super().reset(seed=seed)
+        try:
+            task_id, task_split, index, path = self._resolve(options.get("task"), split)
+        except BaseException:
+            _restore_rng(self, saved_rng)
+            raise
+        try:
+            game = self._load(task_id, task_split, index, path)
+        except BaseException as exc:
+            _restore_rng(self, saved_rng)
+            if self._game is None:  # the engine left the previous episode's game
+                self._done = True
+                self._failed_reset = f"{type(exc).__name__}: {exc}"[:500]
+            raise
+        self._failed_reset = None
         self._admissible = _admissible(self._state)
         self._location = None
         self._steps = 0
@@ -384,6 +451,10 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         """Execute one free-text action (never raises for a string)."""
         if not isinstance(action, str):
             raise TypeError(f"ALFWorld actions must be str, got {type(action).__name__}")
+        if self._failed_reset is not None:
+            raise RuntimeError(
+                f"the last reset() failed ({self._failed_reset}); call reset() again before step()"
+            )
         if self._game is None or self._state is None:
             raise RuntimeError("call reset() before step()")
         if self._done:
@@ -509,6 +580,42 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             "steps": self._steps,
             "remaining_steps": remaining,
         }
+
+
+def _generated_id(path: Path) -> str:
+    """Task id of a generated game file: ``<task folder>/<trial>`` (the real data's layout)."""
+    return f"{path.parent.parent.name}/{path.parent.name}"
+
+
+def _reset_options(options: Any) -> dict[str, Any]:
+    """``reset``'s options as a dict, checked (TypeError / ValueError naming the problem)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            "reset options must be a dict such as {'task': 0, 'split': 'generated'}, "
+            f"got {type(options).__name__}"
+        )
+    options = dict(options)
+    unknown = set(options) - {"task", "split"}
+    if unknown:
+        raise ValueError(
+            f"unknown reset options {sorted(map(str, unknown))}; expected 'task' and/or 'split'"
+        )
+    return options
+
+
+def _rng_state(env: gym.Env[Any, Any]) -> tuple[Any, Any, Any]:
+    """The env's RNG (object, bit-generator state, seed), to undo a failed reset."""
+    rng = env._np_random
+    return rng, (rng.bit_generator.state if rng is not None else None), env._np_random_seed
+
+
+def _restore_rng(env: gym.Env[Any, Any], saved: tuple[Any, Any, Any]) -> None:
+    rng, state, seed = saved
+    if rng is not None:
+        rng.bit_generator.state = state
+    env._np_random, env._np_random_seed = rng, seed
 
 
 def _admissible(state: Any) -> list[str]:

@@ -15,7 +15,8 @@ every command must be admissible, the game must not be won before the last comma
 be won after it. Games that fail are rejected and resampled.
 
 :func:`ensure_generated` builds a balanced, deterministic set of games into a cache on first
-use and returns their paths; the layout mirrors the real data
+use and returns their paths; :class:`GameSet` generates the same set lazily, one task type at a
+time, as the environment needs it (the files are the same); the layout mirrors the real data
 (``<cache>/<task_type>-<Obj>-None-<Recep>-<index>/trial_0/game.tw-pddl``), so the task type,
 target and destination can be read from the folder name.
 
@@ -36,7 +37,7 @@ Modules: :mod:`.vocabulary` (task types, ``scenes.json``, the shipped logic file
 
 from __future__ import annotations
 
-from agent_envs.alfworld.generator.cache import default_cache_dir, ensure_generated
+from agent_envs.alfworld.generator.cache import GameSet, default_cache_dir, ensure_generated
 from agent_envs.alfworld.generator.games import GeneratedGame, build_game, generate_game
 from agent_envs.alfworld.generator.naming import demangled_names
 from agent_envs.alfworld.generator.verify import GameVerificationError, Verifier, verify_game
@@ -50,6 +51,7 @@ from agent_envs.alfworld.generator.vocabulary import (
 __all__ = [
     "GENERATOR_VERSION",
     "TASK_TYPES",
+    "GameSet",
     "GameVerificationError",
     "GeneratedGame",
     "Verifier",

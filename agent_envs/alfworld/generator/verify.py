@@ -21,19 +21,36 @@ class GameVerificationError(RuntimeError):
 
 
 class Verifier:
-    """Replays walkthroughs in the real engine: textworld ``PddlEnv`` wrapped in alfworld's
-    ``AlfredDemangler(shuffle=False)`` and ``AlfredInfos``. One instance can verify many games.
+    """Replays walkthroughs in the real engine, one instance for many games.
+
+    Args:
+        engine: ``"textworld"`` (default): textworld's ``PddlEnv`` wrapped in alfworld's
+            ``AlfredDemangler(shuffle=False)`` and ``AlfredInfos``, exactly upstream's stack;
+            ``"restorable"``: the environment's own engine
+            (:class:`~agent_envs.alfworld.engine.RestorablePddlEnv` in the same wrappers),
+            which behaves as a fresh ``PddlEnv`` load (the engine tests replay games through
+            both) but translates each game once instead of four times.
+
+    Either way the caller's ``sys.argv``, standard streams, working directory and logging
+    handlers are left as they were (fast-downward's translator replaces ``sys.argv``).
     """
 
-    def __init__(self) -> None:
-        import textworld
-        from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
-        from textworld.envs.pddl import PddlEnv
+    def __init__(self, engine: str = "textworld") -> None:
+        from agent_envs.alfworld import engine as alf_engine
 
-        infos = textworld.EnvInfos(
-            won=True, admissible_commands=True, facts=True, extras=["gamefile", "walkthrough"]
-        )
-        self._env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
+        if engine not in ("textworld", "restorable"):
+            raise ValueError(f"engine must be 'textworld' or 'restorable', got {engine!r}")
+        with alf_engine.preserve_process_state():
+            if engine == "restorable":
+                self._env = alf_engine.make_engine()
+            else:
+                self._env = alf_engine.make_raw_engine()
+
+    def close(self) -> None:
+        """Release the engine (its copy of fast-downward's library goes back to the pool)."""
+        env, self._env = getattr(self, "_env", None), None
+        if env is not None:
+            env.close()
 
     def verify(self, game: Mapping[str, Any], label: str = "game") -> int:
         """Replay ``game["walkthrough"]``; returns its length.
@@ -45,6 +62,14 @@ class Verifier:
         walkthrough = list(game.get("walkthrough") or [])
         if not walkthrough:
             raise GameVerificationError(f"{label}: no walkthrough stored")
+        from agent_envs.alfworld.engine import preserve_process_state
+
+        if self._env is None:
+            raise RuntimeError("this Verifier is closed")
+        with preserve_process_state():  # textworld's PddlState runs fast-downward's translator
+            return self._replay(game, walkthrough, label)
+
+    def _replay(self, game: Mapping[str, Any], walkthrough: list[str], label: str) -> int:
         self._env.load(dict(game))
         state = self._env.reset()
         if state["won"]:
