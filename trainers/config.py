@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from trainers.update_rule import UpdateRuleConfig
 
 __all__ = [
     "PRESETS_DIR",
@@ -117,13 +120,16 @@ class TrainConfig:
     entropy_coef: float = _f(0.001, "Entropy bonus weight.")
 
     # --- optimisation -------------------------------------------------------------------------
-    learning_rate: float = _f(1e-6, "AdamW learning rate.")
-    weight_decay: float = _f(0.01, "AdamW weight decay.")
-    lr_schedule: str = _f("constant", "Learning-rate schedule.", ("constant", "linear", "cosine"))
-    warmup_updates: int = _f(0, "Linear warm-up length in optimizer steps.")
-    max_grad_norm: float = _f(1.0, "Gradient clipping norm (0 = off).")
-    ppo_epochs: int = _f(1, "Passes over each update's rows.")
-    mini_batches: int = _f(1, "Optimizer steps per epoch (the rows are split into this many mini-batches).")
+    learning_rate: float = _f(0.01, "Step size of the RL updates' plain SGD (no momentum, no Adam: the step is proportional to the gradient, so all-zero advantages leave the weights where they are), applied to advantages in units of their running RMS (adv_norm); the trust region (target_kl) bounds how far one update moves the policy whatever the step size.")
+    weight_decay: float = _f(0.0, "Weight decay of the RL updates' SGD step, θ ← θ − lr·(∇L + λ·θ) (for SGD without momentum decoupled and L2 decay are the same step). Non-zero decay moves the weights even when every advantage is 0, so it is off by default.")
+    lr_schedule: str = _f("constant", "Learning-rate schedule over the updates.", ("constant", "linear", "cosine"))
+    warmup_updates: int = _f(0, "Linear warm-up length in updates.")
+    max_grad_norm: float = _f(1.0, "Gradient clipping norm of every SGD step (0 = off).")
+    ppo_epochs: int = _f(4, "The update rule's epochs: at most this many passes of SGD mini-batch steps over each update's rows; after each, KL(π_old ‖ π_new) is measured and the update stops at the trust region (target_kl). π_old is the rollout policy for every epoch.")
+    mini_batches: int = _f(1, "SGD steps per epoch (the rows are split into this many mini-batches).")
+    target_kl: float = _f(0.05, "Trust region of one update: the mean KL(π_old ‖ π_new) over the update's decisions (nats; exact over the candidates with rl_loss='choice', the k3 estimate over response tokens otherwise). When an epoch ends above it, θ − θ_old is halved until it is within (TRPO's backtracking line search) and the update stops (trainers/update_rule.py; the arena uses the same rule). 0 = no trust region.")
+    adv_norm: str = _f("running_rms", "'running_rms': divide the advantages by the bias-corrected running RMS of the non-zero advantages seen so far (multiplying every advantage by a constant then changes nothing); 'none': use them as the estimator returns them. Either way |A| ≤ 1e-9 counts as 0.", ("running_rms", "none"))
+    rl_update: bool = _f(True, "Apply the policy update. false = a control run: rollouts, credit, metrics and evaluations as usual, the weights never move (what learning is measured against).")
     micro_batch_rows: int = _f(8, "Rows per forward/backward (gradient accumulation fills a mini-batch); must be ≥ 2 when pairs are used.")
     skip_zero_advantage_rows: bool = _f(False, "Leave out rows whose advantage is exactly 0 and that are in no pair (their policy-gradient term is 0; only their KL/entropy terms are lost). A CPU speed option.")
     max_train_rows: int = _f(0, "Train on a uniformly random subset of at most this many rows per update and process (pair-joined rows stay together; 0 = all rows). A CPU speed option.")
@@ -189,10 +195,17 @@ class TrainConfig:
             raise ConfigError("micro_batch_rows must be ≥ 2 when estimator='mcgpo' (both rows of a pair share a micro-batch)")
         if self.trainable_layers and self.lora:
             raise ConfigError("trainable_layers must be 0 when lora=true (LoRA already chooses what trains)")
+        if not (math.isfinite(self.target_kl) and self.target_kl >= 0):
+            raise ConfigError(f"target_kl must be a finite number ≥ 0; got {self.target_kl!r}")
         if self.rl_loss == "choice" and self.action_mode != "choose":
             raise ConfigError("rl_loss='choice' needs action_mode='choose' (generated responses have no candidate set)")
         self._validate_estimator()
         return self
+
+    def update_rule(self) -> UpdateRuleConfig:
+        """The shared update rule's settings (:mod:`trainers.update_rule`): ``ppo_epochs``
+        epochs, ``target_kl``, ``adv_norm``."""
+        return UpdateRuleConfig(epochs=self.ppo_epochs, target_kl=float(self.target_kl), adv_norm=self.adv_norm)
 
     def loss_unit(self, value: str) -> str:
         """Resolve a loss setting (``warm_start_loss`` or ``rl_loss``): ``"auto"`` is

@@ -8,13 +8,17 @@ One update:
 2. ``collect_rollouts`` plays G siblings per task (batched policy, envs in worker processes).
 3. The configured estimator (:mod:`wrappers.credit`) turns the groups into per-step
    advantages and, for MCGPO, preference pairs.
-4. Old (rollout) and reference log-probs are computed without gradients (the reference is
-   the LoRA base with adapters disabled, or a frozen copy).  With a single optimizer step
-   per update (``ppo_epochs = mini_batches = 1``) π_old is that step's own policy, so the
-   old log-probs are its detached log-probs and no extra forward is needed.
-5. ``ppo_epochs`` × ``mini_batches`` optimizer steps; each mini-batch is a list of pair-aware
-   micro-batches whose gradients accumulate (DDP syncs on the last; every process runs the
-   same number of micro-batches, padding with zero-weight ones).
+4. The advantages are divided by their running RMS (:class:`~trainers.update_rule.AdvantageScaler`,
+   over every process's rows; its state is checkpointed).  Old (rollout) and reference
+   log-probs are computed without gradients before the first step (the reference is the LoRA
+   base with adapters disabled, or a frozen copy); π_old stays the rollout policy for every
+   epoch.
+5. The shared update rule (:func:`trainers.update_rule.trust_region_update` through
+   :class:`trainers.trust_region.TrainerOps`): up to ``ppo_epochs`` epochs of ``mini_batches``
+   plain SGD steps; each mini-batch is a list of pair-aware micro-batches whose gradients
+   accumulate (DDP syncs on the last; every process runs the same number of micro-batches,
+   padding with zero-weight ones).  After each epoch KL(π_old ‖ π_new) over the update's rows
+   is measured; above ``target_kl`` the step is halved until it is within, and the update ends.
 
 Evaluation (SPEC §6) runs every ``eval_every`` updates; checkpoints are atomic
 (:mod:`trainers.checkpoint`); metrics go to ``metrics.jsonl`` and TensorBoard.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import hashlib
 import json
@@ -44,7 +49,7 @@ import torch
 
 from agent_envs.rollout import EnvPool
 from agent_envs.trajectory import save_jsonl
-from trainers.batching import TrainRow, build_rows, pairs_in, plan_batches, subsample_rows
+from trainers.batching import TrainRow, build_rows, subsample_rows
 from trainers.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -56,15 +61,10 @@ from trainers.evaluation import episode_metrics, l5, normalized_auc
 from trainers.generation import choice_logprobs, make_backend
 from trainers.metrics import MetricsLogger
 from trainers.models import apply_lora, load_policy, train_top_layers
-from trainers.objective import (
-    PackedBatch,
-    pack_rows,
-    pair_loss,
-    response_deltas,
-    sequence_logprobs,
-    task_loss,
-)
+from trainers.objective import PackedBatch, pack_rows, sequence_logprobs
 from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
+from trainers.trust_region import TrainerOps, _all_sum
+from trainers.update_rule import AdvantageScaler, trust_region_update
 
 __all__ = ["Trainer", "cpu_threads", "list_tasks", "weights_digest"]
 
@@ -213,12 +213,16 @@ class Trainer:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
         self.tokenizer = tok
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        # plain SGD (no momentum, no Adam: the step is proportional to the gradient, so
+        # advantages that are all 0 leave the weights alone); the trust region bounds each update
+        optimizer = torch.optim.SGD(params, lr=cfg.learning_rate, momentum=0.0, weight_decay=cfg.weight_decay)
         from transformers import get_scheduler
 
-        total_steps = cfg.updates * cfg.ppo_epochs * cfg.mini_batches
+        # the schedule counts updates (the trust region decides how many SGD steps each takes)
         self.scheduler = get_scheduler(cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_updates,
-                                       num_training_steps=total_steps)
+                                       num_training_steps=cfg.updates)
+        self.update_rule = cfg.update_rule()
+        self.adv_scaler = AdvantageScaler.from_config(self.update_rule)
         self.model, self.optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)
         self.rollout_model = None
@@ -253,6 +257,8 @@ class Trainer:
                 self.eval_history = list(state.get("eval_history", []))
                 self.warm_start_stats = state.get("warm_start")
                 self.warm_start_eval = state.get("warm_start_eval")
+                if state.get("adv_scaler") is not None:
+                    self.adv_scaler.load_state_dict(state["adv_scaler"])
                 self.resumed_from = str(ckpt)
                 self._sync_rollout_model(everything=True)
                 log.info("resumed from %s (update %d)", ckpt, self.start_update)
@@ -375,78 +381,41 @@ class Trainer:
 
     # ------------------------------------------------------------------ one update
     def optimize(self, rows: list[TrainRow], pairs: list[tuple[int, int, float]], update: int) -> dict[str, float]:
-        """The policy update on this process's rows (all processes call it together)."""
-        cfg, acc = self.cfg, self.accelerator
+        """The policy update on this process's rows (all processes call it together): the
+        advantages in units of their running RMS, then :func:`~trainers.update_rule.trust_region_update`
+        (SGD epochs inside a KL trust region, :class:`~trainers.trust_region.TrainerOps`)."""
+        cfg = self.cfg
         t0 = time.perf_counter()
-        # With one optimizer step per update, π_old is the policy of that step itself: its
-        # old log-probs are the step's own, detached (ρ = 1 exactly), so the extra no-grad
-        # forward over every row is skipped.
-        on_policy = cfg.ppo_epochs * cfg.mini_batches == 1
-        old = None if on_policy else self._logprobs(rows, reference=False)
-        use_ref = cfg.kl_coef > 0
-        ref = self._logprobs(rows, reference=True) if use_ref else None
-        t_lp = time.perf_counter() - t0
-        stats: dict[str, list[float]] = {}
-        colocated = 0
-        rng = np.random.default_rng([cfg.seed, 11, update])
-        self.model.train()
-        for _epoch in range(cfg.ppo_epochs):
-            plan = plan_batches(len(rows), pairs, micro_rows=cfg.micro_batch_rows, mini_batches=cfg.mini_batches, rng=rng)
-            counts = torch.tensor([len(m) for m in plan], device=acc.device)
-            counts = _all_max(acc, counts)
-            for m, micros in enumerate(plan):
-                n_micro = int(counts[m])
-                mini_rows = max(1, sum(len(mb) for mb in micros))
-                for k in range(n_micro):
-                    last = k == n_micro - 1
-                    sync = contextlib.nullcontext() if last else acc.no_sync(self.model)
-                    with sync:
-                        if k < len(micros):
-                            idx = micros[k]
-                            logp, ent, mask, old_lp, ref_lp, adv = self._policy_terms(rows, idx, old, ref)
-                            weight = len(idx) / mini_rows
-                            local_pairs = pairs_in(idx, pairs) if cfg.pair_coef > 0 else []
-                            if on_policy:
-                                old_lp = logp.detach()
-                        else:  # this process has fewer micro-batches: a zero-weight forward keeps DDP in step
-                            batch = self._dummy_batch()
-                            with acc.autocast():
-                                logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
-                            mask, ref_lp, adv = batch.response_mask, None, torch.zeros(1, device=acc.device)
-                            old_lp = torch.zeros_like(mask, dtype=torch.float32)
-                            weight, local_pairs = 0.0, []
-                        loss_task, st = task_loss(
-                            logp, old_lp, ref_lp, ent, adv, mask,
-                            clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef,
-                            kl_clip=cfg.kl_clip, entropy_coef=cfg.entropy_coef,
-                        )
-                        loss = loss_task
-                        if local_pairs:
-                            colocated += len(local_pairs)
-                            deltas = response_deltas(logp, old_lp, mask)
-                            lp = pair_loss(deltas, local_pairs, len(idx))
-                            loss = loss + cfg.pair_coef * lp
-                            stats.setdefault("pair_loss", []).append(float(lp.detach()))
-                        acc.backward(loss * weight)
-                        if weight > 0:
-                            stats.setdefault("loss", []).append(float(loss.detach()))
-                            for key, v in st.items():
-                                stats.setdefault(key, []).append(float(v))
-                if cfg.max_grad_norm > 0:
-                    gn = acc.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                    stats.setdefault("grad_norm", []).append(float(gn))
-                self.optimizer.step()
-                self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
-        self._sync_rollout_model()
-        out = {k: float(np.mean(v)) for k, v in stats.items() if v}
+        raw = np.array([r.advantage for r in rows], dtype=np.float64)
+        rows = self._scale_advantages(rows)
+        scaled = np.array([r.advantage for r in rows], dtype=np.float64)
+        n_all = _all_sum(self.accelerator, [float(len(rows))])[0]
+        out: dict[str, float] = {}
+        if cfg.rl_update and n_all > 0:
+            ref = self._logprobs(rows, reference=True) if cfg.kl_coef > 0 else None
+            ops = TrainerOps(self, rows, pairs, ref, np.random.default_rng([cfg.seed, 11, update]))
+            out["logprob_s"] = time.perf_counter() - t0
+            out.update(trust_region_update(ops, self.update_rule))
+            out["pairs_colocated"] = float(ops.colocated / max(1.0, out["epochs_run"]))
+            self._sync_rollout_model()
+        self.scheduler.step()
+        out.update(_rms_stats(self.accelerator, raw, scaled))
+        out["adv_scale"] = float(self.adv_scaler.scale)
         out["pairs"] = float(len(pairs))
-        out["pairs_colocated"] = float(colocated / max(1, cfg.ppo_epochs))
         out["rows"] = float(len(rows))
-        out["logprob_s"] = t_lp
         out["optimize_s"] = time.perf_counter() - t0
         out["lr"] = float(self.scheduler.get_last_lr()[0])
         return out
+
+    def _scale_advantages(self, rows: list[TrainRow]) -> list[TrainRow]:
+        """Rows with advantages divided by the running RMS (:class:`~trainers.update_rule.AdvantageScaler`),
+        float noise zeroed; the statistic is over every process's rows, so all processes agree."""
+        local = np.array([r.advantage for r in rows], dtype=np.float64)
+        parts = _gather(self.accelerator, local)
+        scaled = self.adv_scaler.normalize(np.concatenate(parts) if parts else local)
+        start = sum(len(p) for p in parts[:self.rank])
+        mine = scaled[start:start + len(rows)]
+        return [dataclasses.replace(r, advantage=float(a)) for r, a in zip(rows, mine)]
 
     def run_update(self, update: int) -> dict[str, Any]:
         """Roll out, compute credit, optimise; return this update's (gathered) metrics."""
@@ -593,7 +562,8 @@ class Trainer:
     def _checkpoint(self, update: int) -> None:
         state = {"update": update, "sampler": {"kind": "per-update", "seed": self.cfg.seed, "next_update": update},
                  "eval_history": self.eval_history, "config": self.cfg.to_dict(),
-                 "warm_start": self.warm_start_stats, "warm_start_eval": self.warm_start_eval}
+                 "warm_start": self.warm_start_stats, "warm_start_eval": self.warm_start_eval,
+                 "adv_scaler": self.adv_scaler.state_dict()}
         t0 = time.perf_counter()
         save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
         if self.accelerator.is_main_process:
@@ -662,10 +632,10 @@ def _broadcast(acc: Any, value: str) -> str:
     return box[0]
 
 
-def _all_max(acc: Any, t: torch.Tensor) -> torch.Tensor:
-    if acc.num_processes == 1:
-        return t
-    return acc.gather(t[None]).reshape(acc.num_processes, -1).max(dim=0).values
+def _rms_stats(acc: Any, raw: np.ndarray, scaled: np.ndarray) -> dict[str, float]:
+    """RMS of the raw and of the scaled advantages over every process's rows."""
+    sq_raw, sq_scaled, n = _all_sum(acc, [float(np.sum(raw**2)), float(np.sum(scaled**2)), float(raw.size)])
+    return {"adv_rms": math.sqrt(sq_raw / n) if n else 0.0, "adv_rms_scaled": math.sqrt(sq_scaled / n) if n else 0.0}
 
 
 class _Progress:
