@@ -232,6 +232,11 @@ class TextEpisode:
             self.done, self.truncated = True, True
         return StepResult("" if self.done else self.prompt(), float(reward), self.done, step, self.info)
 
+    def stop(self) -> None:
+        """End the episode early (a token budget ran out): it counts as truncated."""
+        if not self.done:
+            self.done, self.truncated = True, True
+
     @property
     def success(self) -> bool:
         """Whether the episode was won (``info["won"]``)."""

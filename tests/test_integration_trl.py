@@ -1,0 +1,114 @@
+"""TRL integration: one real ``GRPOTrainer.train()`` step on WebShop with the tiny model, the
+multi-turn rollout with ``env_mask``, and the (B, T) advantages TRL's loss receives equal to
+rubricgym's estimator, token by token."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("trl", reason="TRL is not installed: pip install 'trl>=1.16,<1.17' jmespath (or pip install -e '.[trl]')")
+
+import torch
+
+from wrappers.credit import get_estimator
+from wrappers.integrations import trl_grpo
+from wrappers.integrations.episode import NO_ACTION
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def hash_parser(response: str, info) -> str:
+    """Maps whatever the random tiny model wrote onto an admissible action, or an invalid one:
+    the choice depends on the generated text, so siblings differ (a real model would write
+    ``<action>…</action>``; the default parser reads that)."""
+    adm = [a.replace("<your query>", "running shoes") for a in info.get("admissible_actions") or []]
+    k = sum(map(ord, response)) % (len(adm) + 1)
+    return adm[k] if k < len(adm) else NO_ACTION
+
+
+class Recording(trl_grpo.RubricGRPOTrainer):
+    """Records what TRL's private loss receives."""
+
+    seen: list = []
+
+    def _compute_loss(self, model, inputs):
+        self.seen.append({k: inputs[k].detach().clone() for k in ("advantages", "completion_ids", "tool_mask", "completion_mask")})
+        return super()._compute_loss(model, inputs)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, mini_dir):
+    from trl import GRPOConfig
+
+    from trainers.models import load_policy
+
+    model, tok = load_policy("tiny-llama", seed=0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=6, max_steps=1, learning_rate=1e-2, beta=0.0, report_to="none",
+                      use_cpu=True, seed=3, save_strategy="no", logging_steps=1, temperature=1.0)
+    rollout = trl_grpo.env_rollout("WebShop-Rubric-v0", {"catalogue": mini_dir, "verify": False, "tagger": "lexicon"},
+                                   max_turns=3, parser=hash_parser)
+    Recording.seen = []
+    trainer = Recording(model, args=args, processing_class=tok, estimator="gigpo", estimator_params={"gamma": 0.9},
+                        train_dataset=trl_grpo.task_dataset([0, 0], seed=0), rollout_func=rollout)
+    trainer.train()
+    return trainer, before, tok
+
+
+def test_one_real_train_step(trained) -> None:
+    trainer, before, _ = trained
+    assert trainer.state.global_step == 1
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert changed, "the optimiser step changed no weight"
+
+
+def test_loss_receives_the_estimators_advantages_per_token(trained) -> None:
+    trainer, _, tok = trained
+    groups = trainer.last_credit["groups"]
+    assert [len(g) for g in groups] == [2, 2] and all(len(t.steps) >= 1 for g in groups for t in g)
+    # the estimator run independently on the recorded sibling groups
+    ref = get_estimator("gigpo", gamma=0.9)(groups)
+    step_adv = [a for r in ref for a in r.advantages]
+    assert any(abs(x) > 1e-6 for a in step_adv for x in a), "all advantages are 0: the test would prove nothing"
+    (seen,) = trainer.seen
+    adv, ids, env_mask = seen["advantages"], seen["completion_ids"], seen["tool_mask"]
+    assert adv.dim() == 2 and adv.shape == ids.shape and adv.abs().max() > 0
+    # TRL may shuffle the rows: match each row to its sample by the completion tokens
+    spans = trainer.last_credit["spans"]
+    completions = trainer.last_credit["completion_ids"]
+    for b in range(ids.shape[0]):
+        k = next(j for j, c in enumerate(completions) if ids[b, :len(c)].tolist() == c)
+        want = torch.zeros(ids.shape[1])
+        for a, (s, e) in zip(step_adv[k], spans[k]):
+            want[s:e] = float(a)
+            assert env_mask[b, s:e].eq(1).all()  # response tokens are trained
+        assert torch.allclose(adv[b], want, atol=1e-6, rtol=0)
+        # between responses lie the environment's turns: masked out, advantage 0
+        inside = torch.zeros(len(completions[k]), dtype=torch.bool)
+        for s, e in spans[k]:
+            inside[s:e] = True
+        assert env_mask[b, :len(completions[k])][~inside].eq(0).all() and adv[b, :len(completions[k])][~inside].eq(0).all()
+
+
+def test_environment_turns_are_the_chat_template(trained) -> None:
+    trainer, _, tok = trained
+    k = max(range(4), key=lambda j: len(trainer.last_credit["spans"][j]))
+    spans, comp = trainer.last_credit["spans"][k], trainer.last_credit["completion_ids"][k]
+    assert len(spans) > 1, "no multi-turn episode in the batch"
+    between = tok.decode(comp[spans[0][1]:spans[1][0]])
+    assert between.startswith("\n<|im_start|>user\nYou control an agent") or not comp[spans[0][1] - 1] == tok.eos_token_id
+    assert "Now (turn 2) you see:" in between and between.endswith("<|im_start|>assistant\n")
+    traj = [t for g in trainer.last_credit["groups"] for t in g][k]
+    assert len(traj.steps) == len(spans) <= 3
+
+
+def test_rollout_and_trainer_refuse_bad_setups() -> None:
+    with pytest.raises(ValueError, match="max_turns"):
+        trl_grpo.env_rollout("WebShop-Rubric-v0", max_turns=0)
+    with pytest.raises(ValueError, match="needs rollout_func"):
+        trl_grpo.RubricGRPOTrainer("unused-model")
+    with pytest.raises(ValueError, match="groups of num_generations"):
+        trl_grpo._sibling_groups([None] * 3, 2)

@@ -1,0 +1,231 @@
+"""TRL integration: GRPO on rubricgym environments with rubricgym's credit, per token.
+
+Install: ``pip install "rubricgym[trl]"`` (TRL 1.16; the trainer relies on TRL's private
+``_compute_loss`` taking ``(B, T)`` advantages and ``_generate_single_turn``, hence the pin
+``trl>=1.16,<1.17``).
+
+* :func:`env_rollout` makes TRL's ``rollout_func``: each sample is one multi-turn episode.
+  The completion is the whole conversation after the first prompt — the model's responses
+  (``env_mask`` 1) interleaved with the environment's next decision prompts in the chat
+  template (``env_mask`` 0, so no loss there).  Responses come from the trainer's own
+  generation (``transformers.generate`` or vLLM, whatever the config selects).  The episode's
+  decisions travel with the sample as :class:`~agent_envs.trajectory.Trajectory` objects.
+* :class:`RubricGRPOTrainer` is a ``GRPOTrainer`` whose advantages come from any rubricgym
+  estimator (``"gigpo"``, ``"graphgpo"``, ``"mcgpo"``'s advantages, ...): the
+  ``num_generations`` samples of a prompt are a sibling group, and each response token gets
+  its decision's step advantage.  TRL's reward functions still run (default:
+  :func:`episode_return`) for its logs.
+* :func:`task_dataset` is the prompt dataset: one row per task.
+
+Example (the GPU command is in docs/integrations.md)::
+
+    from trl import GRPOConfig
+    from wrappers.integrations.trl_grpo import RubricGRPOTrainer, env_rollout, task_dataset
+
+    trainer = RubricGRPOTrainer(
+        model="Qwen/Qwen2.5-1.5B-Instruct", estimator="gigpo",
+        args=GRPOConfig(output_dir="out", num_generations=8, max_completion_length=64),
+        train_dataset=task_dataset(range(500), seed=0),
+        rollout_func=env_rollout("ALFWorld-Rubric-v0", {"split": "train"}, max_turns=30))
+    trainer.train()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOTrainer
+
+from agent_envs.trajectory import Trajectory
+from wrappers.credit.base import Estimator, get_estimator
+from wrappers.integrations.episode import ActionParser, TextEpisode, chat_next_turn, chat_start, task_prompt
+
+__all__ = ["EnvRollout", "RubricGRPOTrainer", "env_rollout", "episode_return", "task_dataset"]
+
+TRAJECTORY, SPANS, RETURN = "rubricgym_trajectory", "rubricgym_spans", "rubricgym_return"
+
+
+def task_dataset(tasks: Iterable[Any], seed: int | None = None, split: str | None = None) -> Any:
+    """A ``datasets.Dataset`` with one ``prompt`` per task (:func:`~wrappers.integrations.episode.task_prompt` JSON)."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [task_prompt(t, seed, split) for t in tasks]})
+
+
+def episode_return(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """TRL reward function: each episode's summed environment reward (task reward + penalties)."""
+    return [float(r) for r in kwargs[RETURN]]
+
+
+def _prompt_text(prompt: Any) -> Any:
+    """The task spec of a dataset prompt (a string, or the last message of a conversation)."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], Mapping):
+        return prompt[-1].get("content")
+    return prompt
+
+
+class EnvRollout:
+    """TRL ``rollout_func``: plays one episode per prompt, multi-turn, with ``env_mask``.
+
+    Args:
+        env: A Gymnasium id or a zero-argument factory (one environment per concurrent sample,
+            kept between calls).
+        env_kwargs: Keyword arguments for ``gym.make``.
+        max_turns: Decisions per episode at most.
+        max_tokens: Stop an episode (truncated) once prompt + completion reach this many tokens.
+        style, list_actions, compact: The decision prompt (SPEC §7).
+        parser: ``parser(response, info) -> action`` (default: the ``<action>`` block).
+    """
+
+    def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 30,
+                 max_tokens: int | None = None, style: str = "action_only", list_actions: bool = True,
+                 compact: bool = False, parser: ActionParser | None = None) -> None:
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        self.env, self.env_kwargs, self.max_turns, self.max_tokens = env, dict(env_kwargs or {}), max_turns, max_tokens
+        self.episode_kwargs = {"style": style, "list_actions": list_actions, "compact": compact, "parser": parser,
+                               "max_steps": max_turns}
+        self.episodes: list[TextEpisode] = []
+
+    def _episodes(self, n: int) -> list[TextEpisode]:
+        while len(self.episodes) < n:
+            self.episodes.append(TextEpisode(self.env, self.env_kwargs, **self.episode_kwargs))
+        return self.episodes[:n]
+
+    def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
+        tok = trainer.processing_class
+        tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
+        eos_ids = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
+        eps = self._episodes(len(prompts))
+        prompt_ids = [tok.encode(chat_start(tok, ep.reset(_prompt_text(p))), add_special_tokens=False)
+                      for ep, p in zip(eps, prompts)]
+        comp: list[list[int]] = [[] for _ in eps]
+        mask: list[list[int]] = [[] for _ in eps]
+        logps: list[list[float]] = [[] for _ in eps]
+        spans: list[list[tuple[int, int]]] = [[] for _ in eps]
+        have_logps = True
+        for _turn in range(self.max_turns):
+            live = [k for k, ep in enumerate(eps) if not ep.done]
+            if not _any_live(trainer, len(live)):
+                break
+            # every process generates each turn (vLLM server mode and ZeRO-3 are collective)
+            query = [prompt_ids[k] + comp[k] for k in live] or [prompt_ids[0]]
+            ids_list, lp_list = trainer._generate_single_turn(query, None, {}, 1)
+            have_logps = have_logps and lp_list is not None
+            for k, ids, lp in zip(live, ids_list, lp_list or [None] * len(live)):
+                ids = list(ids)
+                start = len(comp[k])
+                comp[k] += ids
+                mask[k] += [1] * len(ids)
+                logps[k] += list(lp) if lp is not None else [0.0] * len(ids)
+                spans[k].append((start, len(comp[k])))
+                r = eps[k].step(tok.decode(ids, skip_special_tokens=True))
+                if r.done:
+                    continue
+                ended = bool(ids) and ids[-1] in eos_ids
+                env_ids = tok.encode(chat_next_turn(tok, r.text, after_eos=ended), add_special_tokens=False)
+                comp[k] += env_ids
+                mask[k] += [0] * len(env_ids)
+                logps[k] += [0.0] * len(env_ids)
+                if self.max_tokens is not None and len(prompt_ids[k]) + len(comp[k]) >= self.max_tokens:
+                    eps[k].stop()
+        trajs = [ep.trajectory(slot=0) for ep in eps]
+        return {"prompt_ids": prompt_ids, "completion_ids": comp, "logprobs": logps if have_logps else None,
+                "env_mask": mask, TRAJECTORY: trajs, SPANS: spans,
+                RETURN: [sum(s.row_reward for s in t.steps) for t in trajs]}
+
+
+def _any_live(trainer: Any, n_live: int) -> bool:
+    acc = getattr(trainer, "accelerator", None)
+    if acc is None or acc.num_processes == 1:
+        return n_live > 0
+    return bool(acc.gather(torch.tensor([n_live], device=acc.device)).sum().item() > 0)
+
+
+def env_rollout(env: Any, env_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> EnvRollout:
+    """A TRL ``rollout_func`` over ``env`` (see :class:`EnvRollout` for the options)."""
+    return EnvRollout(env, env_kwargs, **kwargs)
+
+
+def token_advantages(step_adv: Sequence[Sequence[float]], spans: Sequence[Sequence[tuple[int, int]]],
+                     length: int) -> torch.Tensor:
+    """(B, length) advantages: each decision's value over its response tokens, 0 elsewhere.
+
+    >>> token_advantages([[1.0, -2.0]], [[(0, 2), (4, 5)]], 6).tolist()
+    [[1.0, 1.0, 0.0, 0.0, -2.0, 0.0]]
+    """
+    out = torch.zeros(len(spans), length, dtype=torch.float32)
+    for b, (adv, sp) in enumerate(zip(step_adv, spans)):
+        if len(adv) != len(sp):
+            raise ValueError(f"sample {b}: {len(adv)} step advantages for {len(sp)} response spans")
+        for a, (s, e) in zip(adv, sp):
+            out[b, s:e] = float(a)
+    return out
+
+
+class RubricGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with rubricgym's step-level credit (per token) over rubricgym episodes.
+
+    Args:
+        model, reward_funcs, *args, **kwargs: As for ``GRPOTrainer`` (``reward_funcs``
+            defaults to :func:`episode_return`; pass ``rollout_func=env_rollout(...)``).
+        estimator: A registered estimator name or an :class:`Estimator` (default ``"gigpo"``).
+        estimator_params: Keyword parameters for a named estimator.
+
+    After each generation, :attr:`last_credit` holds the sibling ``groups`` (all processes),
+    the estimator's ``results``, and this process's ``advantages`` tensor, response ``spans``
+    and ``completion_ids`` (unpadded).
+    """
+
+    def __init__(self, model: Any, reward_funcs: Any = None, *args: Any, estimator: str | Estimator = "gigpo",
+                 estimator_params: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        if isinstance(estimator, str):
+            self.estimator = get_estimator(estimator, **dict(estimator_params or {}))
+        elif isinstance(estimator, Estimator) and not estimator_params:
+            self.estimator = estimator
+        else:
+            raise TypeError("estimator must be a registered name (with estimator_params) or an Estimator")
+        if kwargs.get("rollout_func") is None:
+            raise ValueError("RubricGRPOTrainer needs rollout_func=env_rollout(...) (the episodes carry the steps)")
+        self.last_credit: dict[str, Any] = {}
+        super().__init__(model, [episode_return] if reward_funcs is None else reward_funcs, *args, **kwargs)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        if TRAJECTORY not in inputs[0]:
+            raise ValueError(f"the rollout_func must return {TRAJECTORY!r} and {SPANS!r} (use env_rollout)")
+        mode = "train" if self.model.training else "eval"
+        size = self.num_generations if mode == "train" else self.num_generations_eval
+        trajs = gather_object([inp[TRAJECTORY] for inp in inputs])
+        groups = _sibling_groups(trajs, size)
+        results = self.estimator(groups)
+        per_sample = [a for res in results for a in res.advantages]
+        start = self.accelerator.process_index * len(inputs)
+        mine = per_sample[start:start + len(inputs)]
+        adv = token_advantages(mine, [inp[SPANS] for inp in inputs], out["completion_ids"].size(1))
+        out["advantages"] = adv.to(out["completion_ids"].device)
+        kept = out["completion_mask"].bool()
+        self.last_credit = {"groups": groups, "results": results, "advantages": out["advantages"],
+                            "spans": [inp[SPANS] for inp in inputs],
+                            "completion_ids": [row[m].tolist() for row, m in zip(out["completion_ids"], kept)]}
+        self._metrics[mode]["rubricgym/success"].append(sum(t.success for t in trajs) / max(len(trajs), 1))
+        steps = [s for t in trajs for s in t.steps]
+        self._metrics[mode]["rubricgym/invalid_share"].append(sum(not s.valid for s in steps) / max(len(steps), 1))
+        return out
+
+
+def _sibling_groups(trajs: Sequence[Trajectory], size: int) -> list[list[Trajectory]]:
+    """Consecutive ``size`` samples (one prompt's generations) as one sibling group, slots 0..size-1."""
+    if len(trajs) % size:
+        raise ValueError(f"{len(trajs)} episodes do not split into groups of num_generations={size}")
+    groups = []
+    for g in range(0, len(trajs), size):
+        chunk = trajs[g:g + size]
+        tids = {t.task_id for t in chunk}
+        if len(tids) != 1:
+            raise ValueError(f"samples {g}..{g + size - 1} should be generations of one task, got tasks {sorted(map(str, tids))}")
+        groups.append([Trajectory(t.task_id, i, t.steps, t.score, t.success, t.truncated) for i, t in enumerate(chunk)])
+    return groups
