@@ -5,6 +5,7 @@ rubricgym's estimator, token by token."""
 from __future__ import annotations
 
 import os
+from typing import ClassVar
 
 import pytest
 
@@ -31,7 +32,7 @@ def hash_parser(response: str, info) -> str:
 class Recording(trl_grpo.RubricGRPOTrainer):
     """Records what TRL's private loss receives."""
 
-    seen: list = []
+    seen: ClassVar[list] = []
 
     def _compute_loss(self, model, inputs):
         self.seen.append({k: inputs[k].detach().clone() for k in ("advantages", "completion_ids", "tool_mask", "completion_mask")})
@@ -66,7 +67,7 @@ def test_one_real_train_step(trained) -> None:
 
 
 def test_loss_receives_the_estimators_advantages_per_token(trained) -> None:
-    trainer, _, tok = trained
+    trainer = trained[0]
     groups = trainer.last_credit["groups"]
     assert [len(g) for g in groups] == [2, 2] and all(len(t.steps) >= 1 for g in groups for t in g)
     # the estimator run independently on the recorded sibling groups
@@ -99,7 +100,7 @@ def test_environment_turns_are_the_chat_template(trained) -> None:
     spans, comp = trainer.last_credit["spans"][k], trainer.last_credit["completion_ids"][k]
     assert len(spans) > 1, "no multi-turn episode in the batch"
     between = tok.decode(comp[spans[0][1]:spans[1][0]])
-    assert between.startswith("\n<|im_start|>user\nYou control an agent") or not comp[spans[0][1] - 1] == tok.eos_token_id
+    assert "<|im_start|>user\nYou control an agent" in between
     assert "Now (turn 2) you see:" in between and between.endswith("<|im_start|>assistant\n")
     traj = [t for g in trainer.last_credit["groups"] for t in g][k]
     assert len(traj.steps) == len(spans) <= 3

@@ -41,7 +41,13 @@ from trl import GRPOTrainer
 
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import Estimator, get_estimator
-from wrappers.integrations.episode import ActionParser, TextEpisode, chat_next_turn, chat_start, task_prompt
+from wrappers.integrations.episode import (
+    ActionParser,
+    TextEpisode,
+    chat_next_turn,
+    chat_start,
+    task_prompt,
+)
 
 __all__ = ["EnvRollout", "RubricGRPOTrainer", "env_rollout", "episode_return", "task_dataset"]
 
