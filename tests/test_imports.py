@@ -20,6 +20,27 @@ def test_rubrics_and_wrappers_import_no_torch_or_engine() -> None:
     assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout}"
 
 
+def test_integrations_import_no_rl_library() -> None:
+    """``wrappers.integrations`` and its shared episode module import no RL library, torch or
+    engine; each adapter module imports only its own library."""
+    code = (
+        "import sys, wrappers, wrappers.integrations, wrappers.integrations.episode; "
+        "bad = [m for m in ('trl', 'skyrl_gym', 'openrlhf', 'verl', 'ray', 'torch', 'transformers', 'datasets', "
+        "'alfworld', 'textworld') if m in sys.modules]; "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"heavy modules imported: {out.stdout}"
+    for module, library, others in (("skyrl", "skyrl_gym", ("trl", "openrlhf", "verl", "torch")),
+                                    ("openrlhf_agent", "openrlhf", ("trl", "skyrl_gym", "verl")),
+                                    ("trl_grpo", "trl", ("skyrl_gym", "openrlhf", "verl"))):
+        pytest.importorskip(library)
+        code = (f"import sys, wrappers.integrations.{module}; "
+                f"print(','.join(m for m in {others!r} if m in sys.modules))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == "", f"wrappers.integrations.{module} imported {out.stdout}"
+
+
 def test_agent_envs_import_registers_without_engines() -> None:
     code = (
         "import sys, gymnasium as gym, agent_envs; "
@@ -68,7 +89,8 @@ def test_every_subcommand_has_help() -> None:
     assert seen >= len(top)
 
 
-@pytest.mark.parametrize("module", ["rubrics", "wrappers", "agent_envs", "trainers", "wrappers.credit"])
+@pytest.mark.parametrize("module", ["rubrics", "wrappers", "agent_envs", "trainers", "wrappers.credit",
+                                    "wrappers.integrations.episode"])
 def test_docstring_examples_run(module: str) -> None:
     import doctest
     import importlib

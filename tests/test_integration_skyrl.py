@@ -93,3 +93,9 @@ def test_omegaconf_env_config_as_skyrl_passes_it(config: dict) -> None:
     env = skyrl_gym.make("rubricgym", env_config=OmegaConf.create(config), extras={"task": 0})
     assert [o["reward"] for o in play(env, WIN)][-1] == 10.0
     env.close()
+
+
+def test_docstring_example_runs() -> None:
+    import doctest
+
+    assert doctest.testmod(adapter).failed == 0

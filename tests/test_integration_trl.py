@@ -113,3 +113,9 @@ def test_rollout_and_trainer_refuse_bad_setups() -> None:
         trl_grpo.RubricGRPOTrainer("unused-model")
     with pytest.raises(ValueError, match="groups of num_generations"):
         trl_grpo._sibling_groups([None] * 3, 2)
+
+
+def test_docstring_example_runs() -> None:
+    import doctest
+
+    assert doctest.testmod(trl_grpo).failed == 0
