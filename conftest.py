@@ -5,11 +5,14 @@
 * A module that cannot be imported because an optional engine is not installed is skipped
   (``--doctest-ignore-import-errors``); under ``RUBRICGYM_STRICT_SKIPS=1`` (CI, where every
   extra is installed) such a skip is a failure, so a broken import cannot hide.
+* A docstring example that fails because an optional module is not installed
+  (``ModuleNotFoundError``) is skipped, with the module named; under strict skips it fails.
 * The terminal summary prints how many docstring examples ran.
 """
 
 from __future__ import annotations
 
+import doctest
 import os
 
 import pytest
@@ -26,6 +29,19 @@ def pytest_make_collect_report(collector):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"doctest module skipped under RUBRICGYM_STRICT_SKIPS=1 (CI): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if _STRICT or call.when != "call" or call.excinfo is None or type(item).__name__ != "DoctestItem":
+        return
+    exc = call.excinfo.value
+    missing = exc.exc_info[1] if isinstance(exc, doctest.UnexpectedException) else None
+    if isinstance(missing, ModuleNotFoundError):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.reportinfo()[1] or 0, f"optional module not installed: {missing}")
 
 
 def pytest_collection_modifyitems(items):
