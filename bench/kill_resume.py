@@ -1,0 +1,155 @@
+"""SIGKILL a `rubricgym train` run, then `--resume` it: is the result the uninterrupted run's?
+
+Runs the tiny random model (``model=tiny-llama``) on WebShop's generated 120-product
+catalogue for ``--updates`` updates with a checkpoint after every update, as
+``python -m trainers.cli train ...`` subprocesses (what a user runs):
+
+1. the uninterrupted reference run;
+2. for each kill point, a fresh run killed with SIGKILL there, then ``--resume`` on its folder:
+   * ``ckpt:U`` - while the checkpoint of update U is being written (the moment its
+     ``checkpoints/.tmp-update_00000U`` folder appears);
+   * ``time:F`` - at fraction F of the reference run's wall time (anywhere: rollouts,
+     the optimizer step, evaluation, metrics appends).
+
+Per kill it prints where the kill landed (newest complete checkpoint, a half-written one left
+behind), and whether the resumed run matches the reference: the final weights digest
+(``summary.json``), every update's rollouts file byte for byte, and the train metrics of the
+first update after the resumed checkpoint (all fields except timings).  Exit status 1 on any
+mismatch.
+
+Usage::
+
+    python bench/kill_resume.py                          # ckpt:1 ckpt:2 ckpt:3 time:0.3 time:0.5 time:0.7
+    python bench/kill_resume.py --kills ckpt:2 --updates 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TINY = ["model=tiny-llama", "groups_per_update=2", "group_size=2", "val_tasks=2", "eval_every=1",
+        "save_every=1", "learning_rate=1e-3", "progress=false", "tensorboard=false",
+        "max_response_tokens=12", "micro_batch_rows=4", "estimator_params={}", "skip_zero_advantage_rows=false",
+        "env_workers=0", "mixed_precision=no", "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1",
+        "warm_start_tasks=0", "action_mode=generate", "prompt_style=action_only", "estimator=grpo",
+        "kl_coef=0.01", "mini_batches=2", "env_id=WebShop-Rubric-v0",
+        "env_kwargs={catalogue: generated, num_products: 120, tagger: lexicon}",
+        "train_split=train", "val_split=eval", "max_steps=4"]
+
+
+def train_cmd(out: Path, name: str, updates: int) -> list[str]:
+    return [sys.executable, "-m", "trainers.cli", "train", "demo", *TINY, f"updates={updates}",
+            f"output_dir={out}", f"run_name={name}"]
+
+
+def resume_cmd(run: Path) -> list[str]:
+    return [sys.executable, "-m", "trainers.cli", "train", "--resume", str(run)]
+
+
+def run_to_end(cmd: list[str], log: Path, timeout: float = 900) -> None:
+    with open(log, "a") as fh:
+        rc = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False).returncode
+    if rc != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed (exit {rc}); log: {log}")
+
+
+def kill_at(cmd: list[str], run: Path, point: str, wall: float, log: Path) -> str:
+    """Start ``cmd`` and SIGKILL it at ``point``; returns what was seen when it died."""
+    kind, _, arg = point.partition(":")
+    with open(log, "a") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+    tmp = run / "checkpoints" / f".tmp-update_{int(arg):06d}" if kind == "ckpt" else None
+    deadline = time.monotonic() + (float(arg) * wall if kind == "time" else 900)
+    while proc.poll() is None and time.monotonic() < deadline:
+        if tmp is not None and tmp.exists():
+            break
+        time.sleep(0 if tmp is not None else 0.01)  # a tight poll: the write takes milliseconds
+    if proc.poll() is not None:
+        raise SystemExit(f"{point}: the run ended before the kill point (log: {log})")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return "mid-checkpoint" if tmp is not None and tmp.exists() else kind
+
+
+def state_after_kill(run: Path) -> tuple[int, bool]:
+    """Newest complete checkpoint (0: none) and whether a half-written one is left."""
+    from trainers.checkpoint import complete_checkpoints
+
+    done = complete_checkpoints(run / "checkpoints")
+    half = any(p.name.startswith(".tmp-") for p in (run / "checkpoints").iterdir()) if (
+        run / "checkpoints").is_dir() else False
+    return (int(done[-1].name.split("_")[1]) if done else 0), half
+
+
+def train_record(run: Path, update: int) -> dict:
+    """The last train record of ``update`` in metrics.jsonl, timings removed."""
+    from trainers.metrics import read_metrics
+
+    recs = [r for r in read_metrics(run) if r.get("phase") == "train" and r.get("update") == update]
+    return {k: v for k, v in recs[-1].items() if not k.startswith("time/") and "seconds" not in k
+            and not k.endswith("_s")} if recs else {}
+
+
+def compare(ref: Path, run: Path, updates: int, first: int) -> dict[str, bool]:
+    digest = json.loads((run / "summary.json").read_text())["weights_digest"]
+    same_rollouts = all((ref / "rollouts" / f"update_{u:05d}.jsonl").read_bytes()
+                        == (run / "rollouts" / f"update_{u:05d}.jsonl").read_bytes() for u in range(1, updates + 1))
+    return {"digest": digest == json.loads((ref / "summary.json").read_text())["weights_digest"],
+            "rollouts": same_rollouts,
+            "next_update": first > updates or train_record(ref, first) == train_record(run, first)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kills", default="ckpt:1,ckpt:2,ckpt:3,time:0.3,time:0.5,time:0.7",
+                    help="comma-separated kill points ckpt:U / time:F (default: 3 checkpoints, 3 times)")
+    ap.add_argument("--updates", type=int, default=3)
+    ap.add_argument("--out", default=None, help="work folder (default: a temporary one)")
+    args = ap.parse_args()
+    points = [p.strip() for p in args.kills.split(",") if p.strip()]
+    for p in points:
+        kind, _, arg = p.partition(":")
+        ok = (kind == "ckpt" and arg.isdigit() and 1 <= int(arg) <= args.updates) or (
+            kind == "time" and arg.replace(".", "", 1).isdigit() and 0 < float(arg) < 1)
+        if not ok:
+            raise SystemExit(f"bad kill point {p!r}: ckpt:1..{args.updates} or time:0<F<1")
+    out = Path(args.out or tempfile.mkdtemp(prefix="kill-resume-"))
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "runs.log"
+    t0 = time.perf_counter()
+    run_to_end(train_cmd(out, "reference", args.updates), log)
+    wall = time.perf_counter() - t0
+    ref = out / "reference"
+    print(f"reference: {args.updates} updates in {wall:.1f} s ({out})")
+    head = f"{'kill at':<10} {'landed':<15} {'ckpt':>4} {'half-written':>12} {'digest':>6} {'rollouts':>8} {'next update':>11}"
+    print(head)
+    print("-" * len(head))
+    bad = 0
+    for i, point in enumerate(points):
+        run = out / f"killed-{i}"
+        landed = kill_at(train_cmd(out, run.name, args.updates), run, point, wall, log)
+        ckpt, half = state_after_kill(run)
+        # --resume (fresh start when no checkpoint is complete); before config.yaml exists: rerun
+        run_to_end(resume_cmd(run) if (run / "config.yaml").is_file() else train_cmd(out, run.name, args.updates), log)
+        res = compare(ref, run, args.updates, ckpt + 1)
+        bad += not all(res.values())
+        print(f"{point:<10} {landed:<15} {ckpt:>4} {half!s:>12} {res['digest']!s:>6} "
+              f"{res['rollouts']!s:>8} {res['next_update']!s:>11}")
+    print(f"{len(points)} SIGKILLs, {len(points) - bad} resumed runs identical to the uninterrupted one")
+    if bad:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

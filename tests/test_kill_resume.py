@@ -1,0 +1,74 @@
+"""A real SIGKILL of `rubricgym train` while it writes a checkpoint, then `--resume`.
+
+tests/test_trainer_e2e.py simulates the leftovers of an interrupted checkpoint in-process; here
+the CLI runs as a subprocess (tiny random model, WebShop's generated 120-product catalogue, two
+updates, a checkpoint after each) and is killed with SIGKILL the moment the checkpoint of update
+2 starts (its ``.tmp-update_000002`` folder appears).  ``--resume`` must then continue from
+update 1 and end with exactly the uninterrupted run's weights and update-2 rollouts.  More kill
+points (every checkpoint, random times): ``python bench/kill_resume.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from trainers.checkpoint import complete_checkpoints
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["model=tiny-llama", "groups_per_update=2", "group_size=2", "val_tasks=2", "eval_every=1", "save_every=1",
+        "learning_rate=1e-3", "progress=false", "tensorboard=false", "max_response_tokens=12", "micro_batch_rows=4",
+        "estimator_params={}", "skip_zero_advantage_rows=false", "env_workers=0", "mixed_precision=no",
+        "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1", "warm_start_tasks=0", "action_mode=generate",
+        "prompt_style=action_only", "estimator=grpo", "kl_coef=0.01", "mini_batches=2", "updates=2",
+        "env_id=WebShop-Rubric-v0", "env_kwargs={catalogue: generated, num_products: 120, tagger: lexicon}",
+        "train_split=train", "val_split=eval", "max_steps=4"]
+
+
+def _train(*args: str) -> list[str]:
+    return [sys.executable, "-m", "trainers.cli", "train", *args]
+
+
+def _run(cmd: list[str], log: Path) -> None:
+    with open(log, "a") as fh:
+        rc = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, timeout=900, check=False).returncode
+    assert rc == 0, log.read_text()[-3000:]
+
+
+@pytest.mark.slow
+def test_sigkill_mid_checkpoint_then_resume_matches_the_uninterrupted_run(tmp_path):
+    log = tmp_path / "runs.log"
+    _run(_train("demo", *TINY, f"output_dir={tmp_path}", "run_name=full"), log)
+    cut = tmp_path / "cut"
+    tmp = cut / "checkpoints" / ".tmp-update_000002"
+    with open(log, "a") as fh:
+        proc = subprocess.Popen(_train("demo", *TINY, f"output_dir={tmp_path}", "run_name=cut"), cwd=REPO,
+                                stdout=fh, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 900
+    while not tmp.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0)  # poll tightly: writing a checkpoint of the tiny model takes milliseconds
+    assert proc.poll() is None, f"the run ended before its second checkpoint:\n{log.read_text()[-3000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    # killed mid-write: update 2's checkpoint is half-written, update 1's is the newest complete one
+    assert tmp.is_dir() and not (cut / "checkpoints" / "update_000002").exists()
+    assert [p.name for p in complete_checkpoints(cut / "checkpoints")] == ["update_000001"]
+
+    _run(_train("--resume", str(cut)), log)
+    full_summary = json.loads((tmp_path / "full" / "summary.json").read_text())
+    cut_summary = json.loads((cut / "summary.json").read_text())
+    assert cut_summary["resumed_from"].endswith("update_000001")
+    assert cut_summary["weights_digest"] == full_summary["weights_digest"]
+    for u in (1, 2):
+        name = f"rollouts/update_{u:05d}.jsonl"
+        assert (cut / name).read_bytes() == (tmp_path / "full" / name).read_bytes(), name
+    assert [p.name for p in complete_checkpoints(cut / "checkpoints")][-1] == "update_000002"
