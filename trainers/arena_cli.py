@@ -45,7 +45,9 @@ def arena(
     variants: str = typer.Option("", "--variants",
                                  help="Comma-separated ablations as estimator:variant, e.g. "
                                       "mcgpo:same_fold,mcgpo:no_pair_loss ('all' for every one; --list shows them)."),
-    seeds: str = typer.Option("3", "--seeds", help="Seeds: a count (3 → 0,1,2), a list (0,1,2) or a range (0-2)."),
+    seeds: str = typer.Option(None, "--seeds",
+                              help="Seeds: a count (3 → 0,1,2), a list (0,1,2) or a range (0-2); default: the "
+                                   "setting's (enough seeds for its documented minimum detectable difference)."),
     updates: int = typer.Option(None, "--updates", help="Training updates per run (default: the setting's)."),
     tasks: int = typer.Option(None, "--tasks", "-P", help="Task groups per update (P)."),
     group_size: int = typer.Option(None, "--group-size", "-G", help="Siblings per task (G)."),
@@ -66,7 +68,8 @@ def arena(
                                help="SCPO scorer: lexical (fast, default here), auto (bi-encoder if installed), "
                                     "bi-encoder[:path], cross-encoder:path."),
     baseline: str = typer.Option(None, "--baseline", help="Method for paired differences (default: the first)."),
-    workers: int = typer.Option(1, "--workers", "-j", help="Parallel processes (results do not depend on it)."),
+    workers: int = typer.Option(None, "--workers", "-j",
+                                help="Parallel processes (results do not depend on it); default: the CPU count, at most 2."),
     output_dir: Path = typer.Option(Path("arena_runs"), "--output-dir", "-o", help="Output folder."),
     report_only: bool = typer.Option(False, "--report-only",
                                      help="Only redraw the report from OUTPUT_DIR's finished runs (works while a comparison runs)."),
@@ -106,7 +109,13 @@ def arena(
         methods += [m for m in available_methods() if ":" in m]
     else:
         methods += _split(variants)
-    seed_list = _seeds(seeds)
+    from trainers.arena.runner import DEFAULT_SEEDS  # noqa: PLC0415
+
+    seed_list = _seeds(seeds) if seeds is not None else list(range(DEFAULT_SEEDS.get(env, 3)))
+    if workers is None:
+        import os  # noqa: PLC0415
+
+        workers = max(1, min(2, os.cpu_count() or 1))
     overrides = {
         "updates": updates, "tasks_per_update": tasks, "group_size": group_size, "train_tasks": train_tasks,
         "val_tasks": val_tasks, "eval_every": eval_every, "epochs": epochs, "lr": lr, "max_steps": max_steps,

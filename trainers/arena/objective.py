@@ -170,9 +170,10 @@ def decision_loss(
 
     # --- k3 KL to the reference ---------------------------------------------------------
     v = ref - logp
-    k3_raw = np.expm1(v) - v
+    with np.errstate(over="ignore"):  # e^v overflows only where K̂ is clipped anyway
+        k3_raw = np.expm1(v) - v
+        g_kl = np.where(np.abs(k3_raw) <= cfg.kl_clip, -np.expm1(v), 0.0)  # d/dlogp of e^v − v − 1
     k3 = np.clip(k3_raw, -cfg.kl_clip, cfg.kl_clip)
-    g_kl = np.where(np.abs(k3_raw) <= cfg.kl_clip, -np.expm1(v), 0.0)  # d/dlogp of e^v − v − 1
 
     loss_rows = pol + cfg.kl_coef * k3 - cfg.entropy_coef * ent
     d_logp = (g_pol + cfg.kl_coef * g_kl) / n

@@ -237,6 +237,7 @@ class Featurizer:
         self.roles = bool(roles)
         self._cache: dict[str, int] = {}
         self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], tuple[list[int], list[float]]] = {}
+        self._head_cache: dict[tuple[Any, str], tuple[list[int], list[float]]] = {}
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
@@ -311,6 +312,22 @@ class Featurizer:
         roles: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, float], tuple[str, ...], dict[str, float]]:
         """The features before the crosses, the action's content words, the features after."""
+        head, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
+                                      channels=channels, observation_lower=observation_lower, graded=graded)
+        return head, words, self._tail_part(action, history=history, roles=roles, signature=signature)
+
+    def _head_part(
+        self,
+        action: str,
+        *,
+        goal_words: frozenset[str],
+        task_type: str,
+        signature: str,
+        channels: Sequence[str],
+        observation_lower: str,
+        graded: Sequence[str],
+    ) -> tuple[dict[str, float], tuple[str, ...]]:
+        """The history-independent features before the crosses, and the action's content words."""
         verb, words, args, arg_text = _parse_action(action)
         hits = [w for w in words if w in goal_words]
         frac = len(hits) / len(words) if words else 0.0
@@ -335,6 +352,13 @@ class Featurizer:
                 ctx_words.update(_content(_tokens(after)[: self.context_words]))
         if goal_words:
             feats[f"ctx|{verb}"] = len(goal_words & ctx_words) / len(goal_words)
+        return feats, words
+
+    def _tail_part(
+        self, action: str, *, history: Sequence[str], roles: Mapping[str, Any] | None, signature: str
+    ) -> dict[str, float]:
+        """The features after the crosses: ALFWorld roles and the repeat flags (history)."""
+        verb = _parse_action(action)[0]
         tail: dict[str, float] = {}
         if roles is not None:
             tail.update(self._role_features(action, verb, roles, signature))
@@ -345,7 +369,31 @@ class Featurizer:
                 tail[f"last|{verb}"] = 1.0
             if len(history) >= 2 and history[-2] == action:
                 tail[f"back|{verb}"] = 1.0
-        return feats, words, tail
+        return tail
+
+    def _hashed_head(
+        self, action: str, context: tuple[Any, ...], *, goal_words: frozenset[str], task_type: str,
+        signature: str, channels: Sequence[str], observation_lower: str, graded: Sequence[str],
+    ) -> tuple[list[int], list[float]]:
+        """The head features and crosses of ``action``, hashed; memoised per (decision
+        context, action), since siblings and updates revisit the same pages."""
+        key = (context, action)
+        hit = self._head_cache.get(key)
+        if hit is None:
+            head, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
+                                          channels=channels, observation_lower=observation_lower, graded=graded)
+            idx: list[int] = []
+            val: list[float] = []
+            self._emit(head, idx, val)
+            if self.crosses and goal_words and words:
+                c_idx, c_val = self._hashed_crosses(goal_words, words)
+                idx += c_idx
+                val += c_val
+            hit = (idx, val)
+            if len(self._head_cache) > 100_000:
+                self._head_cache.clear()
+            self._head_cache[key] = hit
+        return hit
 
     def _emit(self, feats: Mapping[str, float], idx: list[int], val: list[float]) -> None:
         """Append the non-zero features' hashed indices and values."""
@@ -425,18 +473,15 @@ class Featurizer:
         idx: list[int] = []
         val: list[float] = []
         own: list[int] = []
+        context = (goal, task_type, obs, tuple(channels), tuple(graded))
         for k, action in enumerate(actions):
-            head, words, tail = self._feature_parts(
-                action, goal_words=goal_words, task_type=task_type, signature=signature,
-                channels=channels, observation_lower=obs, history=history, graded=graded, roles=roles,
-            )
+            h_idx, h_val = self._hashed_head(action, context, goal_words=goal_words, task_type=task_type,
+                                             signature=signature, channels=channels, observation_lower=obs,
+                                             graded=graded)
             n0 = len(idx)
-            self._emit(head, idx, val)
-            if self.crosses and goal_words and words:
-                c_idx, c_val = self._hashed_crosses(goal_words, words)
-                idx += c_idx
-                val += c_val
-            self._emit(tail, idx, val)
+            idx += h_idx
+            val += h_val
+            self._emit(self._tail_part(action, history=history, roles=roles, signature=signature), idx, val)
             own += [k] * (len(idx) - n0)
         return Decision(
             actions=tuple(actions),

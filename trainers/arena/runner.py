@@ -160,6 +160,8 @@ class ArenaConfig:
         adv_norm: ``"running_rms"`` or ``"none"`` (:class:`~trainers.update_rule.AdvantageScaler`).
         adv_scale: Multiply every advantage by this before the update rule sees it (the
             rescaling control: with ``adv_norm="running_rms"`` it must change nothing).
+        rl: ``False`` skips every policy update (rollouts, credit and validation still run):
+            the control run of a learning claim.
         temperature: Rollout temperature (SPEC §5: 1.0).
         eval_temperature: Validation temperature (SPEC §6: 0.4).
         max_steps: Episode horizon (``None``: the preset's).
@@ -198,6 +200,7 @@ class ArenaConfig:
     target_kl: float = 0.05
     adv_norm: str = "running_rms"
     adv_scale: float = 1.0
+    rl: bool = True
     temperature: float = 1.0
     eval_temperature: float = 0.4
     max_steps: int | None = None
@@ -818,12 +821,14 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 for pref in res.pairs:
                     (pi, pt), (ni, nt) = pref.preferred, pref.rejected
                     pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
-            advantages = cfg.adv_scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
+            advantages = cfg.adv_scale * spec.adv_scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
             scaled = scaler.normalize(advantages)
-            loss_stats = update_policy(
-                policy, reference, records, scaled, pairs, objective, rule,
-                lr=cfg.lr, minibatch=cfg.minibatch, rng=_rng(seed, update, 99),
-            )
+            loss_stats: dict[str, float] = {}
+            if cfg.rl:
+                loss_stats = update_policy(
+                    policy, reference, records, scaled, pairs, objective, rule,
+                    lr=cfg.lr, minibatch=cfg.minibatch, rng=_rng(seed, update, 99),
+                )
             loss_stats["adv_rms"] = float(np.sqrt(np.mean(advantages**2))) if advantages.size else 0.0
             loss_stats["adv_rms_scaled"] = float(np.sqrt(np.mean(scaled**2))) if scaled.size else 0.0
             t3 = time.perf_counter()

@@ -26,6 +26,8 @@ Ablations [MCGPO §4.3, Table 2; SCPO §4.4; MileGPO Table 5]:
 ``scpo:shortest_reference``   the shortest success as reference (``reference="shortest"``)
 ``milegpo:no_pcc``            without path-contrast calibration (``pcc=False``)
 ``milegpo:no_pcc_rcs``        without PCC and reward-contrast shaping (``pcc=False, rcs=False``)
+``<any>:x<k>``                every advantage multiplied by k (e.g. ``grpo:x0.5``,
+                              ``grpo:x2``): the update rule's rescaling control
 ============================  =========================================================
 
 Example:
@@ -34,11 +36,14 @@ Example:
     ('mcgpo', 'uniform', 0.1)
     >>> resolve_method("mcgpo:no_pair_loss", "webshop").objective
     {'pair_coef': 0.0}
+    >>> resolve_method("grpo:x0.5", "webshop").adv_scale
+    0.5
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +116,7 @@ class MethodSpec:
         variants: Variant names applied, in order.
         params: Keyword parameters for :func:`wrappers.credit.get_estimator`.
         objective: Overrides of :class:`~trainers.arena.objective.ObjectiveConfig` fields.
+        adv_scale: Factor applied to every advantage (``:x<k>`` variants).
     """
 
     label: str
@@ -118,6 +124,7 @@ class MethodSpec:
     variants: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
     objective: dict[str, Any] = field(default_factory=dict)
+    adv_scale: float = 1.0
 
     def build(self) -> Any:
         """The estimator object (:func:`wrappers.credit.get_estimator`).
@@ -160,10 +167,16 @@ def resolve_method(
     params = estimator_defaults(name, family, scpo_scorer)
     objective: dict[str, Any] = {}
     variants: list[str] = []
+    scale = 1.0
     if rest:
         table = VARIANTS.get(name, {})
         for v in rest.split("+"):
             v = v.strip()
+            factor = _scale_variant(v)
+            if factor is not None:
+                scale *= factor
+                variants.append(v)
+                continue
             if v not in table:
                 options = ", ".join(f"{name}:{k}" for k in table) or "none"
                 raise ValueError(f"unknown variant {v!r} of {name}; variants: {options}")
@@ -173,9 +186,23 @@ def resolve_method(
             variants.append(v)
     if extra_params:
         params.update(extra_params)
-    spec = MethodSpec(method.strip(), name, tuple(variants), params, objective)
+    spec = MethodSpec(method.strip(), name, tuple(variants), params, objective, scale)
     _check_params(spec)
     return spec
+
+
+_SCALE = re.compile(r"^x(\d+(?:\.\d+)?)$")
+
+
+def _scale_variant(variant: str) -> float | None:
+    """``x<k>`` (k > 0) -> k, anything else -> None."""
+    m = _SCALE.match(variant)
+    if m is None:
+        return None
+    k = float(m.group(1))
+    if k <= 0:
+        raise ValueError(f"advantage scale variant {variant!r} needs k > 0")
+    return k
 
 
 def _check_params(spec: MethodSpec) -> None:
