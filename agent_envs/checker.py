@@ -130,7 +130,7 @@ def check_rubric_env(
         env.step(12345)
     except TypeError:
         pass
-    except Exception as exc:  # noqa: BLE001  (any other exception is the violation)
+    except Exception as exc:  # any other exception is the violation
         raise RubricEnvError("type_error", f"{name}, step(12345)", f"raised {type(exc).__name__}: {exc}") from exc
     else:
         raise RubricEnvError("type_error", f"{name}, step(12345)", "did not raise")
@@ -179,24 +179,24 @@ def _play(env: Any, name: str, seed: int, options: Mapping[str, Any] | None, ste
 
 
 def _check_invalid_actions(env: Any, name: str, seed: int, options: Mapping[str, Any] | None) -> None:
-    obs, info = _reset(env, name, seed, options)
+    _obs, info = _reset(env, name, seed, options)
     for probe in INVALID_PROBES:
         if probe in info["admissible_actions"]:
             continue
         where = f"{name}, invalid action {_short(probe)}"
-        obs, _reward, term, trunc, info = _step(env, where, probe, clause="invalid")
+        _obs, _reward, term, trunc, info = _step(env, where, probe, clause="invalid")
         if info["valid"]:
             raise RubricEnvError("invalid", where, "info['valid'] is True")
         if float(info["task_reward"]) != 0.0:
             raise RubricEnvError("invalid", where, f"info['task_reward'] is {info['task_reward']!r}, not 0")
         if term or trunc:
-            obs, info = _reset(env, name, seed, options)
+            _obs, info = _reset(env, name, seed, options)
 
 
 def _step(env: Any, where: str, action: str, clause: str = "step") -> tuple[str, float, bool, bool, dict[str, Any]]:
     try:
         out = env.step(action)
-    except Exception as exc:  # noqa: BLE001  (the contract: no string makes step raise)
+    except Exception as exc:  # the contract: no string makes step raise
         raise RubricEnvError(clause, where, f"raised {type(exc).__name__}: {exc}") from exc
     if not (isinstance(out, tuple) and len(out) == 5):
         raise RubricEnvError("step", where, f"returned {_short(out)}, not a 5-tuple")

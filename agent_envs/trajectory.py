@@ -124,14 +124,19 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            TypeError: ``data`` or one of its steps is not a mapping.
+            ValueError: unknown step fields, or ``task_id``/``slot`` missing.
+        """
         if not isinstance(data, Mapping):
-            raise ValueError(f"a trajectory must be a JSON object, got {type(data).__name__}")
+            raise TypeError(f"a trajectory must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(Step)}
         steps = []
         for k, raw in enumerate(data.get("steps", [])):
             if not isinstance(raw, Mapping):
-                raise ValueError(f"step {k} must be a JSON object")
+                raise TypeError(f"step {k} must be a JSON object")
             unknown = set(raw) - known
             if unknown:
                 raise ValueError(f"step {k} has unknown fields {sorted(unknown)}")
