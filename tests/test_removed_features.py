@@ -37,3 +37,22 @@ def test_make_backend_refuses_vllm_too():
         make_backend("x", object(), Tok(), batch_size=4)
     backend = make_backend("transformers", object(), Tok(), batch_size=4)
     assert isinstance(backend, TransformersBackend) and backend.eos_ids == {0, 2}
+
+
+@pytest.mark.parametrize("kind", ["FSDP", "DEEPSPEED"])
+def test_the_trainer_refuses_sharded_accelerate_configs(monkeypatch, kind):
+    # accelerate refuses FSDP on a CPU ("no available devices"), so the guard is reached
+    # through a stand-in Accelerator that reports the distributed type a GPU config would give
+    accelerate = pytest.importorskip("accelerate")
+    pytest.importorskip("trainers.trainer")
+    from accelerate.utils import DistributedType
+
+    from trainers.trainer import Trainer
+
+    class Sharded:
+        def __init__(self, **kwargs):
+            self.distributed_type = DistributedType[kind]
+
+    monkeypatch.setattr(accelerate, "Accelerator", Sharded)
+    with pytest.raises(ValueError, match=f"one process or DDP, not {kind}"):
+        Trainer(load_config("demo", overrides=["model=tiny-llama"]))
