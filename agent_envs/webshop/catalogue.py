@@ -45,6 +45,8 @@ __all__ = [
     "Catalogue",
     "CatalogueSpec",
     "CatalogueError",
+    "check_human",
+    "check_ins_v2",
     "get_catalogue",
     "load_raw_files",
     "products_from_raw",
@@ -186,7 +188,7 @@ def products_from_raw(items: Sequence[Mapping[str, Any]], ins_v2: Mapping[str, M
             bullets = p.get("small_description") or []
             if not isinstance(bullets, list):
                 bullets = [bullets]
-            entry = ins_v2.get(asin) or {}
+            entry = ins_v2.get(asin) or {}  # entries are checked by check_ins_v2
             attrs = entry.get("attributes") if "attributes" in entry else ["DUMMY_ATTR"]
             reviews = p.get("reviews") or p.get("Reviews") or []
             out.append(Product(
@@ -268,8 +270,66 @@ def _read_json(path: Path) -> Any:
             return json.load(fh)
     except FileNotFoundError:
         raise CatalogueError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise CatalogueError(f"{path}: cannot read it ({exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise CatalogueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CatalogueError(f"{path}: not valid WebShop JSON (nested too deeply)") from None
+
+
+_LIST = (list, tuple)
+
+
+def check_ins_v2(ins_v2: Any, source: str = "items_ins_v2") -> None:
+    """Check the ``items_ins_v2`` mapping (asin -> {attributes, instruction, ...}).
+
+    Raises:
+        CatalogueError: naming ``source`` and the asin of a malformed entry.
+    """
+    if not isinstance(ins_v2, Mapping):
+        raise CatalogueError(f"{source}: expected a JSON object of asin -> attributes, got {type(ins_v2).__name__}")
+    for asin, entry in ins_v2.items():
+        where = f"{source}: entry {str(asin)[:40]!r}"
+        if entry is None:
+            continue
+        if not isinstance(entry, Mapping):
+            raise CatalogueError(f"{where}: expected an object, got {type(entry).__name__}")
+        for key in ("attributes", "instruction_attributes"):
+            value = entry.get(key)
+            if value is not None and not (isinstance(value, _LIST) and all(isinstance(v, str) for v in value)):
+                raise CatalogueError(f"{where}: {key!r} must be a list of strings, got {value!r:.80}")
+        text = entry.get("instruction")
+        if text is not None and not isinstance(text, str):
+            raise CatalogueError(f"{where}: 'instruction' must be a string, got {type(text).__name__}")
+
+
+def check_human(human: Any, source: str = "items_human_ins") -> None:
+    """Check the ``items_human_ins`` mapping (asin -> list of instruction objects).
+
+    Raises:
+        CatalogueError: naming ``source``, the asin and the entry number of a malformed entry.
+    """
+    if not isinstance(human, Mapping):
+        raise CatalogueError(f"{source}: expected a JSON object of asin -> instructions, got {type(human).__name__}")
+    for asin, entries in human.items():
+        if entries is None:
+            continue
+        if not isinstance(entries, _LIST):
+            raise CatalogueError(f"{source}: the instructions of {str(asin)[:40]!r} must be a list, "
+                                 f"got {type(entries).__name__}")
+        for k, entry in enumerate(entries):
+            where = f"{source}: entry #{k} of {str(asin)[:40]!r}"
+            if not isinstance(entry, Mapping):
+                raise CatalogueError(f"{where}: expected an object, got {type(entry).__name__}")
+            attrs, opts = entry.get("instruction_attributes"), entry.get("instruction_options")
+            if attrs is not None and not (isinstance(attrs, _LIST) and all(isinstance(a, str) for a in attrs)):
+                raise CatalogueError(f"{where}: 'instruction_attributes' must be a list of strings, got {attrs!r:.80}")
+            if opts is not None and not isinstance(opts, (*_LIST, Mapping)):
+                raise CatalogueError(f"{where}: 'instruction_options' must be a list or an object, got {opts!r:.80}")
+            text = entry.get("instruction")
+            if text is not None and not isinstance(text, str):
+                raise CatalogueError(f"{where}: 'instruction' must be a string, got {type(text).__name__}")
 
 
 def load_raw_files(directory: str | os.PathLike[str], verify: bool = True) -> tuple[Any, Any, Any, dict[str, str]]:
@@ -280,10 +340,8 @@ def load_raw_files(directory: str | os.PathLike[str], verify: bool = True) -> tu
         raise CatalogueError(f"{directory}: no complete WebShop file set ({want})")
     digests = verify_files(paths, strict=verify) if verify else {p.name: "unverified" for p in paths}
     items, ins, human = (_read_json(p) for p in paths)
-    if not isinstance(ins, Mapping):
-        raise CatalogueError(f"{paths[1]}: expected a JSON object of asin -> attributes")
-    if not isinstance(human, Mapping):
-        raise CatalogueError(f"{paths[2]}: expected a JSON object of asin -> instructions")
+    check_ins_v2(ins, str(paths[1]))
+    check_human(human, str(paths[2]))
     return items, ins, human, digests
 
 
@@ -318,13 +376,16 @@ class Catalogue:
     def __init__(self, spec: CatalogueSpec, items: Sequence[Mapping[str, Any]],
                  ins_v2: Mapping[str, Mapping[str, Any]],
                  human: Mapping[str, Sequence[Mapping[str, Any]]], description: str,
-                 digests: Mapping[str, str] | None = None) -> None:
-        if spec.limit is not None:
-            items = list(items)[: spec.limit]
+                 digests: Mapping[str, str] | None = None,
+                 sources: tuple[str, str, str] = ("items_shuffle", "items_ins_v2", "items_human_ins")) -> None:
+        if spec.limit is not None and isinstance(items, list):
+            items = items[: spec.limit]
         self.spec = spec
         self.description = description
         self.digests = dict(digests or {})
-        self.products: list[Product] = products_from_raw(items, ins_v2, seed=spec.price_seed)
+        check_ins_v2(ins_v2, sources[1])
+        check_human(human, sources[2])
+        self.products: list[Product] = products_from_raw(items, ins_v2, seed=spec.price_seed, source=sources[0])
         if not self.products:
             raise CatalogueError(f"{description}: no usable products")
         self.by_asin: dict[str, Product] = {p.asin: p for p in self.products}
@@ -421,7 +482,9 @@ def get_catalogue(spec: CatalogueSpec | None = None) -> Catalogue:
                             description=f"generated(v{GENERATOR_VERSION}, n={spec.num_products}, seed={spec.seed})")
         else:
             items, ins, human, digests = load_raw_files(spec.source, verify=spec.verify)
+            files = find_real_files(spec.source)
+            sources = tuple(str(p) for p in files) if files else ("items_shuffle", "items_ins_v2", "items_human_ins")
             cat = Catalogue(spec, items, ins, human, description=f"upstream files in {spec.source}",
-                            digests=digests)
+                            digests=digests, sources=sources)  # type: ignore[arg-type]
         _CACHE[spec] = cat
         return cat

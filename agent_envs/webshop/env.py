@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 
 from agent_envs.webshop import rubric as rb
@@ -48,6 +50,9 @@ __all__ = ["WebShopRubricEnv", "Backend", "EmbeddedBackend", "resolve_catalogue_
            "MAX_OBSERVATION_CHARS", "MAX_ACTION_CHARS"]
 
 logger = logging.getLogger(__name__)
+
+#: ``"12"`` or ``"webshop/human/12"`` (ASCII digits only: ``int()`` takes other digits too).
+_TASK_ID = re.compile(r"(?:webshop/(?P<kind>[a-z]+)/)?(?P<index>[0-9]{1,9})")
 
 MAX_OBSERVATION_CHARS = 1 << 20
 MAX_ACTION_CHARS = 4096
@@ -274,12 +279,11 @@ class WebShopRubricEnv(gym.Env[str, str]):
     def _resolve_task(self, task: Any, split: str) -> int:
         n = len(self.goals())
         if isinstance(task, str):
-            tail = task.rsplit("/", 1)[-1]
-            if not tail.lstrip("-").isdigit():
-                raise ValueError(f"task must be a goal index or an id like 'webshop/human/12', got {task!r}")
-            task = int(tail)
-        if isinstance(task, bool) or not isinstance(task, int):
-            raise TypeError(f"task must be an int goal index, got {type(task).__name__}")
+            task = self._parse_task_id(task)
+        if isinstance(task, (bool, np.bool_)) or not isinstance(task, (int, np.integer)):
+            raise TypeError(f"task must be an int goal index or an id like 'webshop/{self.goal_kind}/12', "
+                            f"got {type(task).__name__}")
+        task = int(task)
         if not 0 <= task < n:
             raise ValueError(f"task {task} out of range: this catalogue has {n} {self.goal_kind} goals")
         if split != "all":
@@ -288,27 +292,64 @@ class WebShopRubricEnv(gym.Env[str, str]):
                 raise ValueError(f"task {task} is not in split {split!r} (goals {rng.start}..{rng.stop - 1})")
         return task
 
+    def _parse_task_id(self, task: str) -> int:
+        """``"12"`` or ``"webshop/<kind>/12"`` (``info["task"]["id"]``) -> 12; the kind must be
+        this environment's goal kind."""
+        shown = task if len(task) <= 80 else f"{task[:60]}... ({len(task)} characters)"
+        m = _TASK_ID.fullmatch(task.strip())
+        if m is None:
+            raise ValueError(f"task must be a goal index or an id like 'webshop/{self.goal_kind}/12', "
+                             f"got {shown!r}")
+        if m["kind"] is not None and m["kind"] != self.goal_kind:
+            raise ValueError(f"task {shown!r} names a {m['kind']} goal, but this environment plays "
+                             f"{self.goal_kind} goals (make it with goal_kind={m['kind']!r})")
+        return int(m["index"])
+
     def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Start an episode: ``options={"task": goal index, "split": ...}``; without a task a
-        goal of the split is drawn with the seeded generator."""
-        super().reset(seed=seed)
+        """Start an episode: ``options={"task": goal index or id, "split": ...}``; without a task a
+        goal of the split is drawn with the seeded generator.
+
+        ``options["split"]`` applies to that reset only (the environment's ``split`` stays
+        the default).  A reset that raises changes nothing (not the RNG, not the episode in
+        progress), except when the backend fails to start the new episode: then that episode
+        is over and :meth:`step` raises ``RuntimeError`` until a reset succeeds.
+        """
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError("reset options must be a dict such as {'task': 0, 'split': 'test'}, "
+                            f"got {type(options).__name__}")
         options = dict(options or {})
         unknown = set(options) - {"task", "split"}
         if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; expected 'task', 'split'")
+            raise ValueError(f"unknown reset options {sorted(map(str, unknown))}; expected 'task', 'split'")
         split = options.get("split", self.split if "task" not in options else "all")
         if split not in (*SPLITS, "all"):
             raise ValueError(f"unknown split {split!r}; expected one of {', '.join((*SPLITS, 'all'))}")
-        if options.get("task") is not None:
-            index = self._resolve_task(options["task"], split)
-        else:
-            rng = self.split_range(split)
-            if len(rng) == 0:
-                raise ValueError(f"split {split!r} has no goals in this catalogue")
-            index = int(rng[int(self.np_random.integers(len(rng)))])
-        self._goal = self.goals()[index]
-        self._goal_tokens = rb.goal_tokens(self._goal.instruction)
-        self._snap = self.backend.start(self._goal)
+        saved_rng = (self._np_random, self._np_random.bit_generator.state if self._np_random else None,
+                     self._np_random_seed)
+        super().reset(seed=seed)
+        try:
+            if options.get("task") is not None:
+                index = self._resolve_task(options["task"], split)
+            else:
+                rng = self.split_range(split)
+                if len(rng) == 0:
+                    raise ValueError(f"split {split!r} has no goals in this catalogue")
+                index = int(rng[int(self.np_random.integers(len(rng)))])
+            goal = self.goals()[index]
+            try:
+                snap = self.backend.start(goal)
+            except BaseException:
+                self._snap = None  # the backend may have left the previous episode
+                raise
+        except BaseException:
+            rng_obj, state, seed_ = saved_rng
+            if rng_obj is not None:
+                rng_obj.bit_generator.state = state
+            self._np_random, self._np_random_seed = rng_obj, seed_
+            raise
+        self._goal = goal
+        self._goal_tokens = rb.goal_tokens(goal.instruction)
+        self._snap = snap
         self._steps = 0
         self._terminated = False
         self._tracker.reset()

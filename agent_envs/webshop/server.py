@@ -251,12 +251,14 @@ class ShopServer:
             abort(400, f"task must be a goal index in 0..{len(goals) - 1}, got {str(index)[:40]!r}")
         return goals[index]
 
-    def goal_for_new_session(self, sid: str) -> Goal:
-        """``fixed_<n>`` -> goal n; any other id -> a goal drawn from a generator seeded by the id."""
-        goals = self.catalogue.goal_list(self.goal_kind)
+    def goal_for_new_session(self, sid: str, kind: str | None = None) -> Goal:
+        """``fixed_<n>`` -> goal n; any other id -> a goal drawn from a generator seeded by the id
+        (of ``kind``, default the server's goal kind)."""
+        kind = kind or self.goal_kind
+        goals = self.catalogue.goal_list(kind)
         m = _FIXED_RE.match(sid)
         if m is not None:
-            return self.goal(self.goal_kind, int(m.group(1)))
+            return self.goal(kind, int(m.group(1)))
         return goals[random.Random(zlib.crc32(sid.encode())).randrange(len(goals))]
 
     def new_session(self, sid: str, goal: Goal, tagger: NounTagger | None = None) -> _Entry:
@@ -375,6 +377,8 @@ def _parse_options(raw: str) -> dict[str, str]:
         value = json.loads(text)
     except ValueError:
         abort(400, "options must be a JSON object of option name -> value")
+    except RecursionError:  # not a ValueError: it would escape as a 500
+        abort(400, "options must be a JSON object of option name -> value (this one is nested too deeply)")
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         abort(400, "options must be a JSON object of option name -> value (strings)")
     return value
@@ -565,7 +569,12 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
 
     # ---------------------------------------------------------------- JSON API
     def json_body() -> dict[str, Any]:
-        body = request.get_json(silent=True)
+        try:
+            body = json.loads(request.get_data(cache=True))
+        except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+            abort(400, "the request body must be a JSON object (it is not valid JSON)")
+        except RecursionError:  # not a ValueError: it would escape as a 500
+            abort(400, "the request body must be a JSON object (this one is nested too deeply)")
         if not isinstance(body, dict):
             abort(400, "the request body must be a JSON object")
         return body
@@ -575,8 +584,10 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
         sid = check_sid(session_id)
         body = json_body() if request.get_data(cache=True) else {}
         kind = body.get("kind", shop.goal_kind)
+        if kind not in ("human", "synthetic"):  # checked with or without a task
+            abort(400, f"kind must be 'human' or 'synthetic', got {str(kind)[:40]!r}")
         task = body.get("task")
-        goal = shop.goal(kind, task) if task is not None else shop.goal_for_new_session(sid)
+        goal = shop.goal(kind, task) if task is not None else shop.goal_for_new_session(sid, kind)
         want = body.get("instruction")
         if want is not None and want != goal.instruction:
             abort(409, f"goal {kind}/{goal.index} of this server's catalogue ({cat.description}) has a "
