@@ -144,10 +144,22 @@ def test_catalogue_is_shared_per_process():
     assert get_catalogue(spec) is get_catalogue(CatalogueSpec(num_products=150, seed=1))
 
 
-def test_sha256_verification(tmp_path, shared_data):
-    # the real attribute file in shared/data matches its published hash
-    real = shared_data / "webshop" / "items_ins_v2_1000.json"
+def test_sha256_of_the_real_attribute_file(shared_data):
+    """Upstream's real items_ins_v2_1000.json matches its published hash (CI has the file in
+    ../shared/data; a user has it after `rubricgym data webshop --from DIR`)."""
+    from agent_envs.webshop.catalogue import default_data_dir
+
+    candidates = [shared_data / "webshop" / "items_ins_v2_1000.json", default_data_dir() / "items_ins_v2_1000.json"]
+    real = next((p for p in candidates if p.is_file()), None)
+    if real is None:
+        pytest.skip(
+            "upstream's items_ins_v2_1000.json is not here (only CI has it, in ../shared/data/webshop); "
+            "install upstream's WebShop files with `rubricgym data webshop --from DIR` to run this test"
+        )
     assert verify_files([real]) == {real.name: PUBLISHED_SHA256[real.name]}
+
+
+def test_sha256_verification(tmp_path):
     # a corrupt copy under an upstream name is rejected, naming the file
     bad = tmp_path / "items_shuffle_1000.json"
     bad.write_text("[]")
