@@ -352,15 +352,23 @@ def load_jsonl(path: str | os.PathLike[str]) -> list[Trajectory]:
     """Read trajectories written by :func:`save_jsonl`.
 
     Raises:
-        TrajectoryFormatError: a line is not JSON or not a trajectory; names file and line.
+        TrajectoryFormatError: a line is not UTF-8, not JSON (or nested too deeply), or not a
+            trajectory (e.g. ``"slot": 1e999``); the message names the file and the line.
+        OSError: the file cannot be opened.
     """
     out: list[Trajectory] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TrajectoryFormatError(f"{path}:{lineno}: not valid UTF-8 ({exc})") from None
             if not line.strip():
                 continue
             try:
                 out.append(Trajectory.from_dict(json.loads(line)))
-            except (ValueError, TypeError, KeyError) as exc:
+            except RecursionError:  # not a ValueError
+                raise TrajectoryFormatError(f"{path}:{lineno}: not a valid trajectory: JSON nested too deeply") from None
+            except (ValueError, TypeError, KeyError, OverflowError) as exc:  # OverflowError: int(1e999)
                 raise TrajectoryFormatError(f"{path}:{lineno}: not a valid trajectory: {exc}") from exc
     return out

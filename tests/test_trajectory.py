@@ -98,3 +98,20 @@ def test_malformed_line_names_file_and_line(tmp_path, line: str, message: str) -
     with pytest.raises(TrajectoryFormatError, match=message) as info:
         load_jsonl(path)
     assert f"{path}:2:" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        # each was a bare error naming neither file nor line
+        (b'{"task_id": "t", "slot": 0, "score": "\xff"}', "not valid UTF-8"),  # UnicodeDecodeError
+        (b'{"task_id": "t", "slot": 1e999}', "cannot convert float infinity to integer"),  # OverflowError
+        (b"[" * 3000 + b"]" * 3000, "JSON nested too deeply"),  # RecursionError
+    ],
+    ids=["invalid-utf8", "slot-1e999", "deep-nesting"],
+)
+def test_corrupt_bytes_name_file_and_line(tmp_path, raw: bytes, message: str) -> None:
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(json.dumps(Trajectory("t", 0).to_dict()).encode() + b"\n" + raw + b"\n")
+    with pytest.raises(TrajectoryFormatError, match=f"{path}:2: .*{message}"):
+        load_jsonl(path)
