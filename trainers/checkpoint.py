@@ -18,10 +18,12 @@ import logging
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MARKER", "checkpoint_name", "latest_checkpoint", "load_checkpoint", "prune_checkpoints", "save_checkpoint"]
+__all__ = ["MARKER", "CheckpointError", "check_checkpoint_files", "checkpoint_name", "latest_checkpoint",
+           "load_checkpoint", "prune_checkpoints", "save_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +84,90 @@ def save_checkpoint(accelerator: Any, ckpt_root: str | os.PathLike[str], update:
     return final
 
 
+class CheckpointError(ValueError):
+    """A checkpoint file is truncated or corrupt; the message names the file."""
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file: 8-byte little-endian header length, JSON header, then the data."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 2 or 8 + n > size:
+            raise CheckpointError(f"{path}: truncated or corrupt safetensors file ({size} bytes; "
+                                  f"header length {n if n >= 0 else 'missing'})")
+        try:
+            header = json.loads(fh.read(n))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+            raise CheckpointError(f"{path}: corrupt safetensors header ({type(exc).__name__}: {exc})") from None
+    if 8 + n + end != size:
+        raise CheckpointError(f"{path}: truncated or corrupt safetensors file: {size} bytes, "
+                              f"its header describes {8 + n + end}")
+
+
+def _check_torch_zip(path: Path) -> None:
+    """``torch.save`` files are zip archives: the central directory is at the end."""
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"PK\x03\x04":
+        return  # a legacy pickle: nothing cheap to check
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.header_offset + info.compress_size > size:
+                    raise CheckpointError(f"{path}: truncated torch file (member {info.filename!r} "
+                                          f"ends past the {size} bytes on disk)")
+    except zipfile.BadZipFile as exc:
+        raise CheckpointError(f"{path}: truncated or corrupt torch file ({exc})") from None
+
+
+def check_checkpoint_files(path: str | os.PathLike[str]) -> None:
+    """Check every safetensors and torch file under a checkpoint folder for truncation.
+
+    Cheap (headers and zip directories only): a file cut short by a crash, a full disk or a
+    bad copy is named here, instead of surfacing as a bare safetensors/torch error (or, for
+    Accelerate's RNG-state files, as a silently skipped restore).
+
+    Raises:
+        CheckpointError: naming the first damaged file.
+    """
+    for f in sorted(Path(path).rglob("*")):
+        if not f.is_file():
+            continue
+        if f.suffix == ".safetensors":
+            _check_safetensors(f)
+        elif f.suffix in (".bin", ".pt", ".pth", ".pkl"):
+            _check_torch_zip(f)
+
+
 def load_checkpoint(accelerator: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Restore model/optimizer/scheduler/RNG from a complete checkpoint; return trainer state.
 
     Raises:
         FileNotFoundError: ``path`` is not a complete checkpoint (no ``COMPLETE`` marker).
+        CheckpointError: a file of the checkpoint is truncated or corrupt (the message names
+            it; delete the checkpoint folder to resume from the one before).
     """
     path = Path(path)
     if not (path / MARKER).is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
     try:
         state = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ValueError(f"{path / 'trainer_state.json'} is unreadable: {exc}") from None
-    accelerator.load_state(str(path))
+    hint = "; delete that checkpoint folder to resume from the previous one"
+    try:
+        check_checkpoint_files(path)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}{hint}") from None
+    try:
+        accelerator.load_state(str(path))
+    except Exception as exc:  # safetensors / torch / pickle errors name no file
+        raise CheckpointError(f"{path}: cannot restore the checkpoint ({type(exc).__name__}: "
+                              f"{str(exc)[:500]}){hint}") from exc
     return state
 
 
