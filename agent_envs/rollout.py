@@ -229,26 +229,43 @@ class EnvPool:
         per: list[list[int]] = [[] for _ in range(self.workers)]
         for pos, item in enumerate(items):
             per[item[0] % self.workers].append(pos)
+        dead: dict[int, BaseException] = {}
         for w, positions in enumerate(per):
             if positions:
-                self.conns[w].send((cmd, [items[p] for p in positions]))
+                try:
+                    self.conns[w].send((cmd, [items[p] for p in positions]))
+                except (OSError, EOFError) as exc:  # BrokenPipeError: killed between calls
+                    dead[w] = exc
         out: list[Any] = [None] * len(items)
         errors = []
         for w, positions in enumerate(per):
-            if not positions:
+            if not positions or w in dead:
                 continue
-            try:
+            try:  # every live worker's reply is read, so the pipes stay in step
                 status, payload = self.conns[w].recv()
-            except EOFError as exc:
-                raise RolloutWorkerError(f"{self.name}: rollout worker {w} died") from exc
+            except (EOFError, OSError) as exc:  # killed during the call
+                dead[w] = exc
+                continue
             if status != "ok":
                 errors.append(f"worker {w}:\n{payload}")
                 continue
             for p, result in zip(positions, payload):
                 out[p] = result
+        if dead:
+            w = min(dead)
+            raise RolloutWorkerError(f"{self.name}: {self._describe_dead(w)}") from dead[w]
         if errors:
             raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n" + "\n".join(errors))
         return out
+
+    def _describe_dead(self, w: int) -> str:
+        proc = self.procs[w]
+        proc.join(timeout=1.0)
+        code = proc.exitcode
+        how = "is still running but its pipe is closed" if code is None else (
+            f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+        return (f"rollout worker {w} (pid {proc.pid}) died: it {how}; its environments are lost, "
+                "close this pool and make a new one")
 
     def worker_cpu_seconds(self) -> float:
         """CPU seconds (user + system) the live worker processes have used so far (Linux

@@ -135,3 +135,31 @@ def test_matching_keys_copy_the_layout_and_fill_a_missing_signature():
     assert matching_keys({"keys": {"exact": (1,)}, "signature": (C, F)}) == {"exact": (1,), "signature": (C, F)}
     assert matching_keys({}) == {}
     assert Turn(0, 1, 2, "o", {}).history == ()
+
+
+@pytest.mark.parametrize("when", ["between calls", "during a call"])
+def test_a_killed_worker_raises_rollout_worker_error(when):
+    """Killed between calls, the next call's send used to raise a bare BrokenPipeError (killed
+    mid-call it was already a RolloutWorkerError); both now name the worker and the signal."""
+    import os
+    import signal
+    import threading
+
+    from agent_envs.rollout import EnvPool, RolloutWorkerError
+
+    pool = EnvPool("CartPole-v1", n=2, workers=2)
+    try:
+        assert len(pool.reset([(0, 1, None), (1, 1, None)])) == 2
+        victim = pool.procs[1]
+        if when == "between calls":
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(timeout=10)
+            call = lambda: pool.step([(0, 0), (1, 0)])  # noqa: E731
+        else:
+            timer = threading.Timer(0.5, os.kill, (victim.pid, signal.SIGKILL))
+            timer.start()
+            call = lambda: [pool.step([(0, 0), (1, 0)]) for _ in range(10**7)]  # noqa: E731
+        with pytest.raises(RolloutWorkerError, match=rf"rollout worker 1 \(pid {victim.pid}\) died: it was killed by signal 9"):
+            call()
+    finally:
+        pool.close()
