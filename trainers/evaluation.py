@@ -1,8 +1,9 @@
-"""Evaluation summaries (SPEC §6; MCGPO App. C): episode metrics, L5, normalised AUC and
-paired Student-t intervals across seeds.
+"""Evaluation summaries of trainer runs (SPEC §6; MCGPO App. C): episode metrics, and
+L5 / normalised AUC / paired intervals of ``(update, success)`` curves — thin adapters over
+:mod:`trainers.stats`, the statistics of every report (L5 never counts update 0).
 
 Example:
-    >>> round(l5([(0, 0.0), (5, 0.2), (10, 0.4), (15, 0.4), (20, 0.5), (25, 0.5)]), 3)
+    >>> round(l5([(0, 0.9), (5, 0.2), (10, 0.4), (15, 0.4), (20, 0.5), (25, 0.5)]), 3)
     0.4
     >>> normalized_auc([(0, 0.0), (10, 1.0)])  # trapezoid area 5 over a span of 10
     0.5
@@ -13,27 +14,12 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["episode_metrics", "l5", "normalized_auc", "paired_interval", "t_quantile_975"]
+from trainers import stats
 
-# two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1..30
-_T975 = [12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
-         2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
-         2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423]
-
-
-def t_quantile_975(df: int) -> float:
-    """t_{0.975, df}: exact table up to df = 30, then a Cornish-Fisher expansion."""
-    if df < 1:
-        raise ValueError("df must be ≥ 1")
-    if df <= 30:
-        return _T975[df - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
+__all__ = ["episode_metrics", "l5", "normalized_auc", "paired_interval"]
 
 def episode_metrics(episodes: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Success, score, invalid-action rate, mean steps and per-task-type success.
@@ -71,30 +57,22 @@ def episode_metrics(episodes: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 
 def l5(curve: Sequence[tuple[float, float]]) -> float:
-    """Mean of the last five scheduled evaluations [MCGPO Eq. 14] (fewer if fewer exist)."""
-    if not curve:
+    """Mean of the last five scheduled evaluations after update 0 [MCGPO Eq. 14] (NaN if none)."""
+    if not any(u > 0 for u, _ in curve):
         return float("nan")
-    last = sorted(curve)[-5:]
-    return sum(v for _, v in last) / len(last)
+    return stats.l5([u for u, _ in curve], [v for _, v in curve])
 
 
 def normalized_auc(curve: Sequence[tuple[float, float]]) -> float:
     """Trapezoid area under the success curve divided by its update span [MCGPO Eq. 15]."""
+    if not curve:
+        return float("nan")
     pts = sorted(curve)
-    if len(pts) < 2:
-        return pts[0][1] if pts else float("nan")
-    area = sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(pts, pts[1:]))
-    span = pts[-1][0] - pts[0][0]
-    return area / span if span > 0 else pts[-1][1]
+    return stats.normalized_auc([u for u, _ in pts], [v for _, v in pts])
 
 
 def paired_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:
     """Mean, sample SD and 95 % paired Student-t interval (df = n − 1) of ``a − b``."""
     if len(a) != len(b) or len(a) < 2:
         raise ValueError("paired_interval needs two sequences of the same length ≥ 2")
-    d = [x - y for x, y in zip(a, b)]
-    n = len(d)
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
-    return mean, sd, mean - half, mean + half
+    return stats.paired_interval([x - y for x, y in zip(a, b)])
