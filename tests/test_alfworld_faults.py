@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("textworld")  # the `alfworld` extra; CI installs it (strict skips)
 pytest.importorskip("alfworld")
 
-import agent_envs  # noqa: E402,F401  (registers the ids)
-from agent_envs.alfworld.engine import GameFileError  # noqa: E402
-from agent_envs.alfworld.generator import ensure_generated  # noqa: E402
+import agent_envs  # noqa: F401  (registers the ids)
+from agent_envs.alfworld.engine import GameFileError
+from agent_envs.alfworld.generator import ensure_generated
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_a_corrupt_game_does_not_poison_the_engine(env, games: list[Path], tmp_p
     assert obs == obs0 and info["admissible_actions"] == info0["admissible_actions"]
     walkthrough = json.loads(Path(info["task"]["gamefile"]).read_text())["walkthrough"]
     for action in walkthrough:
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, _truncated, info = env.step(action)
     assert terminated and reward == 10.0 and info["won"]
     # and another game, and the corrupt one still fails the same way
     assert env.reset(options={"task": 1})[1]["task"]["index"] == 1
@@ -86,7 +86,7 @@ def test_a_failed_reset_changes_nothing(games: list[Path], tmp_path: Path) -> No
     env = gym.make("ALFWorld-Rubric-v0", split="generated", generated_n=2, generated_seed=3,
                    generated_cache_dir=str(games[0].parents[2]), task_types=["pick_and_place_simple"],
                    data_root=str(tmp_path / "no-real-games"))
-    obs, info = env.reset(seed=5, options={"task": 1})
+    _, info = env.reset(seed=5, options={"task": 1})
     state = env.unwrapped.np_random.bit_generator.state
     # was: the env then played (here: failed to find) valid_seen games on every later reset
     with pytest.raises(FileNotFoundError, match="rubricgym data alfworld"):
@@ -144,7 +144,7 @@ def test_first_step_after_a_failed_first_reset(games: list[Path]) -> None:
         with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
             env.step("look")
         _, info = env.reset(options={"task": 0})
-        obs, reward, terminated, truncated, info = env.step(info["admissible_actions"][0])
+        obs, *_, info = env.step(info["admissible_actions"][0])
         assert info["steps"] == 1 and isinstance(obs, str)
     finally:
         env.close()

@@ -10,7 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("accelerate")
 
-from trainers.checkpoint import CheckpointError, check_checkpoint_files, load_checkpoint, save_checkpoint  # noqa: E402
+from trainers.checkpoint import (
+    CheckpointError,
+    check_checkpoint_files,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 @pytest.fixture(scope="module")

@@ -154,11 +154,11 @@ def test_a_killed_worker_raises_rollout_worker_error(when):
         if when == "between calls":
             os.kill(victim.pid, signal.SIGKILL)
             victim.join(timeout=10)
-            call = lambda: pool.step([(0, 0), (1, 0)])  # noqa: E731
+            call = lambda: pool.step([(0, 0), (1, 0)])
         else:
             timer = threading.Timer(0.5, os.kill, (victim.pid, signal.SIGKILL))
             timer.start()
-            call = lambda: [pool.step([(0, 0), (1, 0)]) for _ in range(10**7)]  # noqa: E731
+            call = lambda: [pool.step([(0, 0), (1, 0)]) for _ in range(10**7)]
         with pytest.raises(RolloutWorkerError, match=rf"rollout worker 1 \(pid {victim.pid}\) died: it was killed by signal 9"):
             call()
     finally:

@@ -75,7 +75,7 @@ def test_reset_options_must_be_a_mapping(env):
 
 
 def test_a_failed_reset_changes_nothing(env):
-    obs, info = env.reset(seed=3, options={"task": 0})
+    env.reset(seed=3, options={"task": 0})
     state = env.np_random.bit_generator.state
     for bad in ({"task": 10**6}, {"task": "webshop/synthetic/0"}, {"split": "nope"}):
         with pytest.raises(ValueError):

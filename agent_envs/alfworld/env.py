@@ -387,10 +387,12 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             gamedata = self._engine._game_data
             try:
                 spec = parse_goal(gamedata["pddl_problem"])
-            except ValueError as exc:
-                raise alf_engine.GameFileError(f"ALFWorld game file {path}: {exc}") from exc
-            names = {k: info.name for k, info in state["_entity_infos"].items()}
-            index_ = FactIndex.build(state["_facts"], names, spec)
+                names = {k: info.name for k, info in state["_entity_infos"].items()}
+                index_ = FactIndex.build(state["_facts"], names, spec)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise alf_engine.GameFileError(
+                    f"ALFWorld game file {path}: {type(exc).__name__}: {exc}"
+                ) from exc
             game = _Game(task_id, split, index, path, spec, index_)
             if len(self._games) > 64:
                 self._games.clear()
