@@ -269,14 +269,11 @@ class Featurizer:
         earlier in the episode); with it the action also gets the role features described in
         :class:`Featurizer`.
         """
-        head, words, tail = self._feature_parts(
-            action, goal_words=goal_words, task_type=task_type, signature=signature, channels=channels,
-            observation_lower=observation_lower, history=history, graded=graded, roles=roles,
-        )
-        feats = dict(head)
+        feats, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
+                                       channels=channels, observation_lower=observation_lower, graded=graded)
         if self.crosses and goal_words and words:
             feats.update(self._cross_features(goal_words, words))
-        feats.update(tail)
+        feats.update(self._tail_part(action, history=history, roles=roles, signature=signature))
         return feats
 
     @staticmethod
@@ -297,24 +294,6 @@ class Featurizer:
                 self._cross_cache.clear()
             self._cross_cache[key] = hit
         return hit
-
-    def _feature_parts(
-        self,
-        action: str,
-        *,
-        goal_words: frozenset[str],
-        task_type: str,
-        signature: str,
-        channels: Sequence[str],
-        observation_lower: str,
-        history: Sequence[str],
-        graded: Sequence[str] = (),
-        roles: Mapping[str, Any] | None = None,
-    ) -> tuple[dict[str, float], tuple[str, ...], dict[str, float]]:
-        """The features before the crosses, the action's content words, the features after."""
-        head, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
-                                      channels=channels, observation_lower=observation_lower, graded=graded)
-        return head, words, self._tail_part(action, history=history, roles=roles, signature=signature)
 
     def _head_part(
         self,
