@@ -1,0 +1,466 @@
+"""verl integration cases, run with verl's own code in verl's own venv (CPU).
+
+Not collected by the main suite (the name does not start with ``test_``):
+``tests/test_integration_verl.py`` runs this file with ``$RUBRICGYM_VERL_PYTHON -m pytest``.
+By hand: ``/work/venvs/verl/bin/python -m pytest tests/integrations/verl_cases.py -q``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl", reason="verl is not installed in this interpreter (see tests/test_integration_verl.py)")
+
+import torch
+from omegaconf import OmegaConf
+
+from agent_envs.trajectory import Step, Trajectory
+from wrappers.credit import available_estimators, get_estimator
+from wrappers.credit.flat import flat_advantages
+
+CHECK_REGISTRY = r"""
+import json, sys
+import verl
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+print(json.dumps({
+    "plugin_imported": "wrappers.integrations.verl" in sys.modules,
+    "estimators": sorted(k for k in core_algos.ADV_ESTIMATOR_REGISTRY if k.startswith("rubricgym_")),
+    "trainer": TRAINER_REGISTRY["rubricgym_sync"].__qualname__ if "rubricgym_sync" in TRAINER_REGISTRY else None,
+    "agent_loop": _agent_loop_registry.get("rubricgym_env"),
+}))
+"""
+
+
+def _registry_after_import(**env: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHECK_REGISTRY], capture_output=True, text=True, timeout=300, check=False,
+                         env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the plugin ---------------------------------------------------------------------------------
+def test_bare_import_verl_registers_everything():
+    """A fresh ``import verl`` loads the entry point; plugin failures are only logged at debug
+    level by verl, so the registries themselves are checked."""
+    got = _registry_after_import()
+    assert got["plugin_imported"]
+    assert got["estimators"] == sorted(f"rubricgym_{n}" for n in available_estimators())
+    assert len(got["estimators"]) >= 7
+    assert got["trainer"] == "RubricgymSyncTrainer"
+    assert got["agent_loop"] == {"_target_": "wrappers.integrations.verl.RubricgymEnvLoop"}
+
+
+def test_plugins_disabled_registers_nothing():
+    """The control: with verl's plugin discovery off, nothing of ours is there (so the entry
+    point, not a later import, did the registering above)."""
+    got = _registry_after_import(VERL_USE_EXTERNAL_PLUGINS="none")
+    assert got == {"plugin_imported": False, "estimators": [], "trainer": None, "agent_loop": None}
+
+
+def test_register_estimators_is_idempotent_and_refuses_foreign_names():
+    from verl.trainer.ppo import core_algos
+
+    from wrappers.integrations import verl as rv
+
+    before = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
+    assert rv.register_estimators() == [f"rubricgym_{n}" for n in available_estimators()]
+    assert core_algos.ADV_ESTIMATOR_REGISTRY == before
+    assert rv.estimator_name("rubricgym_gigpo") == "gigpo" and rv.estimator_name("grpo") is None
+    with pytest.raises(ValueError, match="unknown rubricgym estimator 'rubricgym_nope'"):
+        rv.estimator_name("rubricgym_nope")
+
+
+# --- outcome level: verl's compute_advantage ------------------------------------------------------
+def _outcome_batch(scores, lengths, uids):
+    from verl import DataProto
+
+    n, width = len(scores), max(lengths)
+    mask = torch.zeros(n, width)
+    rewards = torch.zeros(n, width)
+    for i, (s, L) in enumerate(zip(scores, lengths)):
+        mask[i, :L] = 1
+        rewards[i, L - 1] = s  # verl puts the score on the last response token
+    return DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                               non_tensors={"uid": np.array(uids, dtype=object)})
+
+
+def test_compute_advantage_rubricgym_rloo_equals_verl_rloo():
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    rng = np.random.default_rng(0)
+    uids = [f"p{g}" for g in range(4) for _ in range(4)]
+    scores = rng.choice([0.0, 1.0, 10.0], size=len(uids)).tolist()
+    lengths = rng.integers(1, 7, size=len(uids)).tolist()
+    ours = compute_advantage(_outcome_batch(scores, lengths, uids), adv_estimator="rubricgym_rloo", config=AlgoConfig())
+    theirs = compute_advantage(_outcome_batch(scores, lengths, uids), adv_estimator="rloo", config=AlgoConfig())
+    torch.testing.assert_close(ours.batch["advantages"], theirs.batch["advantages"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(ours.batch["returns"], theirs.batch["returns"], rtol=0, atol=1e-5)
+    # by hand: group scores (1, 0, 0, 1) -> 1 - 1/3, 0 - 2/3, 0 - 2/3, 1 - 1/3 on every response token
+    adv = compute_advantage(_outcome_batch([1.0, 0.0, 0.0, 1.0], [2, 1, 3, 2], ["a"] * 4),
+                            adv_estimator="rubricgym_rloo", config=AlgoConfig()).batch["advantages"]
+    expected = torch.tensor([[2 / 3, 2 / 3, 0], [-2 / 3, 0, 0], [-2 / 3, -2 / 3, -2 / 3], [2 / 3, 2 / 3, 0]])
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6)
+
+
+def test_compute_advantage_passes_algorithm_rubricgym_params():
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    batch = _outcome_batch([10.0, 0.0, 0.0, 0.0], [1, 1, 1, 1], ["a"] * 4)
+    cfg = OmegaConf.create({"rubricgym": {"episode_weight": 0.5}})
+    adv = compute_advantage(batch, adv_estimator="rubricgym_rloo", config=cfg).batch["advantages"][:, 0]
+    torch.testing.assert_close(adv, torch.tensor([5.0, -5 / 3, -5 / 3, -5 / 3]), rtol=0, atol=1e-6)
+    with pytest.raises(TypeError, match="unknown parameter"):
+        compute_advantage(batch, adv_estimator="rubricgym_rloo", config=OmegaConf.create({"rubricgym": {"gama": 1}}))
+
+
+# --- step level: the rubricgym_sync trainer's advantage stage on TransferQueue -------------------------
+@pytest.fixture(scope="module")
+def transfer_queue():
+    import ray
+    import transfer_queue as tq
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # one storage unit: the controller and each unit hold a CPU each
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
+
+
+def _put_rows(tq, uid_trajs: dict[str, list[Trajectory]], order_seed: int = 0, partition: str = "train"):
+    """Write one row per step as verl's v1 agent-loop worker does: key {uid}_{session}_{index},
+    the AgentLoopOutput fields, the prompt's kwargs and extra_fields (shuffled row order)."""
+    from transfer_queue import KVBatchMeta
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    from wrappers.integrations.verl import encode_row
+
+    rows, keys = [], []
+    for uid, trajs in uid_trajs.items():
+        for session, traj in enumerate(trajs):
+            for i, step in enumerate(traj.steps):
+                n = 2 + (i + session) % 3
+                mask = torch.ones(n, dtype=torch.int64)
+                mask[-1] = 0 if n > 2 else 1  # a masked (environment) token inside the response
+                keys.append(f"{uid}_{session}_{i}")
+                rows.append({
+                    "prompts": torch.arange(5), "responses": torch.arange(n), "response_mask": mask,
+                    "uid": uid, "session_id": session,
+                    "extra_fields": {"rubricgym": encode_row(step, task_id=traj.task_id, score=traj.score,
+                                                             success=traj.success, truncated=traj.truncated),
+                                     "turn_scores": []},
+                })
+    perm = np.random.default_rng(order_seed).permutation(len(rows))
+    keys, rows = [keys[k] for k in perm], [rows[k] for k in perm]
+    tq.kv_batch_put(keys=keys, partition_id=partition, fields=list_of_dict_to_tensordict(rows),
+                    tags=[{"status": "success"}] * len(keys))
+    return KVBatchMeta(keys=keys, tags=[{}] * len(keys), partition_id=partition), [r["response_mask"] for r in rows]
+
+
+def _sync_trainer(estimator: str, params: dict | None = None):
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    cls = get_trainer_cls("rubricgym_sync")
+    trainer = cls.__new__(cls)  # the advantage stage reads only the config (no workers needed)
+    trainer.config = OmegaConf.create({
+        "algorithm": {"adv_estimator": estimator, "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0,
+                      "rollout_correction": {"rollout_is": None, "rollout_rs": None, "bypass_mode": False},
+                      **({"rubricgym": params} if params else {})},
+        "actor_rollout_ref": {"rollout": {"n": 3}},
+    })
+    return trainer
+
+
+def _alfworld_like_groups() -> dict[str, list[Trajectory]]:
+    """Two tasks x three siblings with shared states (tuples and frozensets), invalid actions,
+    a success, matching keys and rubric signatures."""
+    C0, C1 = frozenset(), frozenset({"target_acquired"})
+    F0, F1 = frozenset({"target_acquired"}), frozenset({"target_placed"})
+
+    def st(room, obj, sig, action, reward=0.0, valid=True, nxt=None):
+        return Step(state_key=(room, frozenset(obj)), action=action, reward=reward, valid=valid,
+                    penalty=0.0 if valid else -0.1, next_state_key=nxt,
+                    keys={"exact": (room, tuple(sorted(obj))), "coarse": room, "signature": sig},
+                    rubric={"target_acquired": int(sig[0] == C1)})
+
+    g0 = [
+        Trajectory("t0", 0, [st("hall", [], (C0, F0), "go to desk 1", nxt=("desk", frozenset())),
+                             st("desk", [], (C0, F0), "take mug 1", nxt=("desk", frozenset({"mug"}))),
+                             st("desk", ["mug"], (C1, F1), "put mug 1 in sink 1", reward=10.0)], score=1.0, success=True),
+        Trajectory("t0", 1, [st("hall", [], (C0, F0), "fly", valid=False, nxt=("hall", frozenset())),
+                             st("hall", [], (C0, F0), "go to desk 1", nxt=("desk", frozenset())),
+                             st("desk", [], (C0, F0), "look")], score=0.0, truncated=True),
+        Trajectory("t0", 2, [st("hall", [], (C0, F0), "go to shelf 1", nxt=("shelf", frozenset())),
+                             st("shelf", [], (C0, F0), "look")], score=0.0, truncated=True),
+    ]
+    g1 = [
+        Trajectory("t1", 0, [st("bath", [], (C0, F0), "open cabinet 1", nxt=("bath", frozenset({"soap"}))),
+                             st("bath", ["soap"], (C0, F0), "take soap 1", reward=10.0)], score=1.0, success=True),
+        Trajectory("t1", 1, [st("bath", [], (C0, F0), "look")], score=0.0, truncated=True),
+        Trajectory("t1", 2, [st("bath", [], (C0, F0), "open cabinet 1", nxt=("bath", frozenset({"soap"}))),
+                             st("bath", ["soap"], (C0, F0), "drop soap", valid=False)], score=0.0, truncated=True),
+    ]
+    return {"p0": g0, "p1": g1}
+
+
+def _reference(estimator: str, uid_trajs, keys, params=None) -> np.ndarray:
+    """The estimator run directly on the Trajectory objects, laid out in row-key order."""
+    results = get_estimator(estimator, **(params or {}))(list(uid_trajs.values()))
+    by_key = {}
+    for uid, res in zip(uid_trajs, results):
+        for session, adv in enumerate(res.advantages):
+            for i, a in enumerate(adv):
+                by_key[f"{uid}_{session}_{i}"] = a
+    return np.array([by_key[k] for k in keys])
+
+
+def _flat_reference(estimator: str, uid_trajs, keys, params=None) -> np.ndarray:
+    """flat_advantages over the same rows (columns built straight from the steps)."""
+    index = {}
+    for uid, trajs in uid_trajs.items():
+        for s, traj in enumerate(trajs):
+            for i, step in enumerate(traj.steps):
+                index[f"{uid}_{s}_{i}"] = (uid, s, i, step, traj)
+    rows = [index[k] for k in keys]
+    names = ("exact", "coarse", "signature")
+    return flat_advantages(
+        estimator, params=params, group_id=[r[0] for r in rows], traj_id=[(r[0], r[1]) for r in rows],
+        step_index=[r[2] for r in rows], slot=[r[1] for r in rows], state_key=[r[3].state_key for r in rows],
+        next_state_key=[r[3].next_state_key for r in rows], reward=[r[3].reward for r in rows],
+        penalty=[r[3].penalty for r in rows], valid=[r[3].valid for r in rows], action=[r[3].action for r in rows],
+        rubric=[r[3].rubric for r in rows], keys={k: [r[3].keys[k] for r in rows] for k in names},
+        score=[r[4].score for r in rows], success=[r[4].success for r in rows],
+        truncated=[r[4].truncated for r in rows], task_id=[r[4].task_id for r in rows])
+
+
+@pytest.mark.parametrize(("estimator", "params"), [
+    ("gigpo", {"gamma": 0.95}), ("graphgpo", None), ("mcgpo", None), ("rloo", None), ("milegpo", None),
+])
+def test_sync_trainer_advantage_stage_equals_flat_advantages(transfer_queue, estimator, params):
+    tq = transfer_queue
+    groups = _alfworld_like_groups()
+    meta, masks = _put_rows(tq, groups, order_seed=len(estimator), partition=f"train-{estimator}")
+    metrics: dict = {}
+    out = _sync_trainer(f"rubricgym_{estimator}", params)._compute_advantage(meta, metrics)
+    assert list(out.keys) == list(meta.keys)
+    got = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages", "returns"])
+    flat = _flat_reference(estimator, groups, meta.keys, params)
+    direct = _reference(estimator, groups, meta.keys, params)
+    np.testing.assert_allclose(flat, direct, rtol=0, atol=1e-12)  # the flat rows are the trajectories
+    assert np.abs(flat).max() > 0
+    for r, (adv, ret, mask) in enumerate(zip(got["advantages"].unbind(), got["returns"].unbind(), masks)):
+        expected = (mask.double() * flat[r]).float()
+        torch.testing.assert_close(adv, expected, rtol=0, atol=1e-6, msg=f"row {meta.keys[r]}")
+        torch.testing.assert_close(ret, expected, rtol=0, atol=1e-6)
+    assert metrics["rubricgym/rows"] == len(meta.keys) == 13 and metrics["rubricgym/groups"] == 2
+
+
+def test_step_credit_by_hand_and_row_errors():
+    """RLOO over two one-step sessions (rewards 10 and 0, rows in session order 1, 0): +10 / -10
+    follow the rows, not the sessions."""
+    from wrappers.integrations.verl import encode_row, step_credit
+
+    rows = [{"rubricgym": encode_row(Step("s", "a", reward=r), task_id="t", score=r / 10, success=r > 0)}
+            for r in (10.0, 0.0)]
+    credit = step_credit("rloo", ["u_1_0", "u_0_0"], rows)
+    assert credit.advantages.tolist() == [10.0, -10.0]
+    assert [t.slot for t in credit.batch.groups[0]] == [0, 1]
+    with pytest.raises(ValueError, match=r"row 1 \(u_1_0\): extra_fields\['rubricgym'\] is missing"):
+        step_credit("rloo", ["u_0_0", "u_1_0"], [rows[0], {"turn_scores": []}])
+    with pytest.raises(ValueError, match="not verl's"):
+        step_credit("rloo", ["u0"], rows[:1])
+
+
+def test_sync_trainer_refuses_kl_in_reward(transfer_queue):
+    meta, _ = _put_rows(transfer_queue, _alfworld_like_groups(), partition="train-kl")
+    trainer = _sync_trainer("rubricgym_gigpo")
+    trainer.config.algorithm.use_kl_in_reward = True
+    with pytest.raises(ValueError, match="use_kl_in_reward is not supported"):
+        trainer._compute_advantage(meta, {})
+
+
+# --- the rubricgym_env agent loop ---------------------------------------------------------------------
+_ACTIONS = re.compile(r"Possible actions: (.*)")
+_TURN = re.compile(r"Now \(turn (\d+)\)")
+
+
+class StandInServer:
+    """Stands in for verl's LLM server manager (vLLM/SGLang cannot run here): reads the prompt it
+    is sent, checks the chosen action is one of the admissible actions listed there and answers
+    ``<action>…</action>`` + EOS as token ids with log-probs."""
+
+    def __init__(self, tokenizer, choose) -> None:
+        self.tok, self.choose, self.calls = tokenizer, choose, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_kw):
+        from verl.workers.rollout.replica import TokenOutput
+
+        text = self.tok.decode(prompt_ids)
+        admissible = [a.strip() for a in _ACTIONS.findall(text)[-1].split(" | ")]
+        turn = int(_TURN.findall(text)[-1])
+        action = self.choose(turn, admissible)
+        assert action in admissible or (action.startswith("search[") and "search[<your query>]" in admissible), (
+            action, admissible)
+        self.calls.append((request_id, turn, action))
+        ids = self.tok.encode(f"<action>{action}</action>", add_special_tokens=False) + [self.tok.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
+
+
+def _agent_loop(server, tokenizer, **settings):
+    """The agent loop built the way verl's worker builds it: hydra from the registry entry."""
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import (
+        DictConfigWrap,
+        ToolListWrap,
+        _agent_loop_registry,
+    )
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 64}},
+                            "data": {}})
+    return hydra.utils.instantiate(
+        {**_agent_loop_registry["rubricgym_env"], **settings}, trainer_config=DictConfigWrap(cfg),
+        server_manager=server, tokenizer=tokenizer, processor=None, hf_model_type=None, dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(cfg.data), tools=ToolListWrap([]))
+
+
+def _play(server, tokenizer, spec: dict, sessions: int, **settings):
+    async def main():
+        loop = _agent_loop(server, tokenizer, **settings)
+        out = []
+        for s in range(sessions):  # one loop instance per session, as verl's worker does
+            if s:
+                loop = _agent_loop(server, tokenizer, **settings)
+            out.append(await loop.run({"temperature": 1.0}, uid="u0", session_id=s, raw_prompt=[],
+                                      extra_info={"index": 0, "rubricgym": json.dumps(spec)}))
+        return out
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from trainers.models import build_tiny_tokenizer
+
+    return build_tiny_tokenizer()
+
+
+def _check_outputs(outputs, tokenizer, actions, won: bool):
+    from wrappers.integrations.verl import decode_row
+
+    assert len(outputs) == len(actions)
+    steps = []
+    for out, action in zip(outputs, actions):
+        assert tokenizer.decode(out.response_ids, skip_special_tokens=True) == f"<action>{action}</action>"
+        assert out.response_mask == [1] * len(out.response_ids)
+        assert out.response_logprobs == [-0.25] * len(out.response_ids)
+        step, traj = decode_row(out.extra_fields["rubricgym"])
+        assert traj["success"] is won
+        assert set(step.keys) >= {"exact", "coarse", "signature"} and step.state_key is not None
+        steps.append(step)
+    assert [s.valid for s in steps] == [True] * len(steps)
+    assert outputs[-1].reward_score == (10.0 if won else 0.0)
+    assert sum(s.reward for s in steps) == (10.0 if won else 0.0)
+    assert outputs[-1].extra_fields["reward_extra_info"]["success"] == float(won)
+    return steps
+
+
+def test_agent_loop_plays_webshop(tokenizer, tmp_path):
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+    from agent_envs.webshop.oracle import oracle_action
+    from agent_envs.webshop.testing import write_mini_catalogue
+
+    env_kwargs = {"catalogue": str(write_mini_catalogue(tmp_path)), "verify": False, "tagger": "lexicon"}
+    mirror = gym.make("WebShop-Rubric-v0", **env_kwargs)  # the oracle's copy, stepped in lockstep
+    mirror.reset(seed=0, options={"task": 0})
+
+    def oracle(turn, admissible):
+        action = oracle_action(mirror.unwrapped)
+        mirror.step(action)
+        return action
+
+    server = StandInServer(tokenizer, oracle)
+    spec = {"env_id": "WebShop-Rubric-v0", "env_kwargs": env_kwargs, "task": 0, "seed": 0}
+    [outputs] = _play(server, tokenizer, spec, 1, style="action_only")
+    actions = [a for _, _, a in server.calls]
+    assert actions[0].startswith("search[") and actions[-1] == "click[buy now]"
+    steps = _check_outputs(outputs, tokenizer, actions, won=True)
+    assert [s.action for s in steps] == actions
+    assert len({rid for rid, _, _ in server.calls}) == 1  # one sticky request id per session
+    assert "Goal:" in tokenizer.decode(outputs[0].prompt_ids)
+
+
+def test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage(tokenizer, transfer_queue):
+    """Two sessions of one generated game (the walkthrough, and 'first admissible action' for 4
+    steps), written to TransferQueue as verl's worker does; the rubricgym_sync stage then gives
+    the advantages GiGPO computes on the episodes themselves."""
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+    from agent_envs.alfworld.data import task_walkthrough
+    from wrappers.integrations.verl import decode_row
+
+    env_kwargs = {"split": "generated"}
+    probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
+    _, info = probe.reset(seed=0, options={"task": 0})
+    walkthrough = task_walkthrough(info)
+    probe.close()
+    assert walkthrough
+    choose = {0: lambda turn, adm: walkthrough[turn - 1], 1: lambda turn, adm: adm[0]}
+    session = {"s": 0}
+    server = StandInServer(tokenizer, lambda turn, adm: choose[session["s"]](turn, adm))
+    spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 0, "seed": 0}
+    outputs = []
+    for s, max_steps in ((0, None), (1, 4)):
+        session["s"] = s
+        outputs += _play(server, tokenizer, {**spec, "max_steps": max_steps}, 1)
+    won = _check_outputs(outputs[0], tokenizer, walkthrough, won=True)
+    assert len(outputs[1]) == 4 and outputs[1][-1].reward_score == 0.0
+    assert decode_row(outputs[1][-1].extra_fields["rubricgym"])[1]["truncated"] is True
+    # the same uid and session layout as verl's AgentLoopWorkerTQ: {uid}_{session}_{index}
+    trajs = []
+    for s, outs in enumerate(outputs):
+        steps = [decode_row(o.extra_fields["rubricgym"])[0] for o in outs]
+        t = decode_row(outs[-1].extra_fields["rubricgym"])[1]
+        trajs.append(Trajectory(t["task_id"], s, steps, score=t["score"], success=t["success"],
+                                truncated=t["truncated"]))
+    assert [s.action for s in trajs[0].steps] == [s.action for s in won]
+    meta, masks = _put_rows(transfer_queue, {"u0": trajs}, partition="train-alfworld")
+    _sync_trainer("rubricgym_gigpo")._compute_advantage(meta, {})
+    got = transfer_queue.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])
+    ref = _reference("gigpo", {"u0": trajs}, meta.keys)
+    for r, (adv, mask) in enumerate(zip(got["advantages"].unbind(), masks)):
+        torch.testing.assert_close(adv, (mask.double() * ref[r]).float(), rtol=0, atol=1e-6)
+    assert ref[[k.startswith("u0_0_") for k in meta.keys]].min() > 0  # the won episode's steps are credited
+
+
+def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
+    import pandas as pd
+
+    from wrappers.integrations.verl import RubricgymEnvLoop, _episode_spec, write_dataset
+
+    path = tmp_path / "train.parquet"
+    assert write_dataset(str(path), "ALFWorld-Rubric-v0", [0, 1, 2], env_kwargs={"split": "generated"},
+                         max_steps=50) == 3
+    df = pd.read_parquet(path)
+    assert df["agent_name"].tolist() == ["rubricgym_env"] * 3
+    row = df.iloc[2].to_dict()
+    spec = _episode_spec({"extra_info": row["extra_info"]}, RubricgymEnvLoop.DEFAULTS)
+    assert (spec["env_id"], spec["env_kwargs"], spec["task"], spec["seed"], spec["max_steps"]) == (
+        "ALFWorld-Rubric-v0", {"split": "generated"}, 2, 0, 50)
+    assert row["extra_info"]["index"] == 2
+    with pytest.raises(ValueError, match="unknown agent-loop settings"):
+        write_dataset(str(path), "ALFWorld-Rubric-v0", [0], max_step=5)
