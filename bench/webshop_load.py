@@ -11,7 +11,13 @@ Prints, per client count, measured in this run: requests, wall time, throughput 
 episodes/s), request latency p50/p90/p99, errors (transport failures and non-2xx answers)
 and wrong scores (purchases below 1.0), plus the throughput ratio against the first row.
 
-Usage: ``python bench/webshop_load.py [--clients 1,32] [--episodes 5] [--tagger lexicon]``
+``--hostile K`` adds K threads that, while the clients play, fire malformed and oversize
+requests (bad JSON, wrong types, JSON nested 3000 deep, bodies over the 64 KiB cap, URLs over
+8 KiB, bad session ids, unknown routes and methods, random bytes, broken HTTP on the raw
+socket) and counts the answers by class: the server must answer each with a 4xx (a few
+harmless ones with 2xx/3xx), never a 5xx or a dropped connection.
+
+Usage: ``python bench/webshop_load.py [--clients 1,32] [--episodes 5] [--tagger lexicon] [--hostile 8]``
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -111,6 +120,102 @@ def client(url: str, cid: str, episodes: int, tasks: list[int], goals: list, cat
     http.close()
 
 
+DEEP = "[" * 3000 + "]" * 3000
+BIG = "x" * (64 * 1024 + 1)
+
+
+def bad_requests(sid: str) -> list[tuple[str, str, dict]]:
+    """Malformed and oversize HTTP requests (method, path, requests kwargs); session ``sid`` exists."""
+    js = {"Content-Type": "application/json"}
+    a, r = f"/api/{sid}", f"/item_page/{sid}/B000000001/shoes/1"
+    return [
+        ("POST", f"{a}/step", {"data": b"{not json", "headers": js}),
+        ("POST", f"{a}/step", {"data": b"[1, 2]", "headers": js}),
+        ("POST", f"{a}/step", {"data": DEEP.encode(), "headers": js}),
+        ("POST", f"{a}/reset", {"data": DEEP.encode(), "headers": js}),
+        ("POST", f"{a}/reset", {"data": b'{"task": 1e999}', "headers": js}),
+        ("POST", f"{a}/reset", {"data": b"\xff\xfe\x00garbage", "headers": js}),
+        ("POST", f"{a}/step", {"json": {"action": BIG}}),
+        ("POST", f"{a}/step", {"json": {"action": "a" * 4097}}),
+        ("POST", f"{a}/step", {"json": {"action": 5}}),
+        ("POST", f"{a}/step", {"json": {"action": ["click[x]"]}}),
+        ("POST", f"{a}/reset", {"json": {"task": 10**9}}),
+        ("POST", f"{a}/reset", {"json": {"task": True}}),
+        ("POST", f"{a}/reset", {"json": {"task": "0"}}),
+        ("POST", f"{a}/reset", {"json": {"task": 0, "kind": "alien"}}),
+        ("POST", f"{a}/reset", {"json": {"task": 0, "tagger": "no-such-tagger"}}),
+        ("POST", "/api/no!such/reset", {"json": {"task": 0}}),
+        ("POST", "/api/" + "a" * 65 + "/reset", {"json": {"task": 0}}),
+        ("GET", f"{a}/step", {}),
+        ("PUT", f"{a}/reset", {"json": {"task": 0}}),
+        ("POST", f"/{sid}", {"data": {"search_query": BIG}}),
+        ("POST", f"/{sid}", {"data": {"other": "field"}}),
+        ("GET", f"/search_results/{sid}/" + "k" * 9000 + "/1", {}),
+        ("GET", f"/search_results/{sid}/" + "k" * 600 + "/1", {}),
+        ("GET", f"/search_results/{sid}/shoes/0", {}),
+        ("GET", f"/search_results/{sid}/shoes/-1", {}),
+        ("GET", f"{r}/not-json", {}),
+        ("GET", f"{r}/%5B%5D", {}),
+        ("GET", f"{r}/" + "%5B" * 3000 + "%5D" * 3000, {}),
+        ("GET", f"/item_sub_page/{sid}/B000000001/shoes/1/secrets/%7B%7D", {}),
+        ("GET", f"/done/{sid}/B000000001/%7B%22size%22%3A5%7D", {}),
+        ("GET", f"/done/{sid}/B000000001/" + "%5B" * 3000 + "%5D" * 3000, {}),
+        ("GET", "/a.b", {}),
+        ("GET", "/too/many/segments/here/x", {}),
+    ]
+
+
+RAW_BAD = [b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n",
+           b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * 120 + b"\r\n",
+           b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n",
+           b"BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+           b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(range(64)) + b"\r\n\r\n"]
+
+
+def raw_http(url: str, payload: bytes, timeout: float) -> str:
+    """Send bytes on a fresh socket; the status class of the answer ('4xx', ...) or 'closed'."""
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
+            sock.sendall(payload)
+            head = sock.recv(64)
+    except (ConnectionResetError, BrokenPipeError):
+        return "closed"  # refusing garbage by closing the connection is fine
+    m = re.match(rb"HTTP/1\.[01] (\d)\d\d", head)
+    return f"{m.group(1).decode()}xx" if m else "closed"
+
+
+def hostile(url: str, hid: str, deadline: float, stop: threading.Event, counts: Counter,
+            firsts: list[str], timeout: float) -> None:
+    """Fire malformed and oversize requests until ``stop``: the list in turn, and every 10th one
+    raw bytes on a socket (broken HTTP or random bytes)."""
+    http = requests.Session()
+    http.trust_env = False
+    rng = random.Random(hid)
+    http.post(f"{url}/api/{hid}/reset", json={"task": 0}, timeout=timeout)
+    cases = bad_requests(hid)
+    i, start = 0, rng.randrange(len(cases))
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            if i % 10 == 9:
+                payload = (RAW_BAD[rng.randrange(len(RAW_BAD))] if rng.random() < 0.5
+                           else rng.randbytes(200) + b"\r\n\r\n")
+                cls = raw_http(url, payload, timeout)
+            else:
+                method, path, kw = cases[(start + i) % len(cases)]  # cycle: every case is sent
+                resp = http.request(method, url + path, timeout=timeout, allow_redirects=False, **kw)
+                cls = f"{resp.status_code // 100}xx"
+                if cls == "5xx" and len(firsts) < 5:
+                    firsts.append(f"HTTP {resp.status_code} {method} {path[:80]}: {resp.text[:100]}")
+        except (OSError, requests.RequestException) as exc:
+            cls = "transport"
+            if len(firsts) < 5:
+                firsts.append(f"{type(exc).__name__}: {exc}"[:200])
+        counts[cls] += 1
+        i += 1
+    http.close()
+
+
 def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalogue) -> dict:
     """Run ``n_clients`` clients at once; returns the row of the table."""
     tasks = list(range(len(goals)))
@@ -120,13 +225,24 @@ def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalog
     threads = [threading.Thread(target=client, args=(url, f"load-{n_clients}-{i}", args.episodes, tasks, goals,
                                                      catalogue, deadline, stats[i], barrier, args.timeout))
                for i in range(n_clients)]
+    counts: Counter = Counter()
+    firsts: list[str] = []
+    stop = threading.Event()
+    bad = [threading.Thread(target=hostile, args=(url, f"hostile-{n_clients}-{i}", deadline, stop, counts,
+                                                  firsts, args.timeout))
+           for i in range(args.hostile)]
     for t in threads:
         t.start()
     barrier.wait()
     t0 = time.perf_counter()
+    for t in bad:
+        t.start()
     for t in threads:
         t.join(timeout=args.time_limit + args.timeout + 30)
     wall = time.perf_counter() - t0
+    stop.set()
+    for t in bad:
+        t.join(timeout=args.timeout + 30)
     lat = sorted(x for s in stats for x in s.latencies)
     q = statistics.quantiles(lat, n=100, method="inclusive") if len(lat) > 1 else [lat[0] if lat else 0.0] * 99
     errors = [e for s in stats for e in s.errors]
@@ -134,7 +250,7 @@ def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalog
             "rps": len(lat) / wall, "eps": sum(s.episodes for s in stats) / wall, "p50": 1e3 * q[49],
             "p90": 1e3 * q[89], "p99": 1e3 * q[98], "errors": len(errors),
             "wrong": sum(s.wrong_scores for s in stats), "first_errors": errors[:3],
-            "stuck": sum(t.is_alive() for t in threads)}
+            "stuck": sum(t.is_alive() for t in threads), "hostile": dict(counts), "hostile_errors": firsts}
 
 
 def main() -> None:
@@ -146,10 +262,14 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per client count (default 300)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     ap.add_argument("--url", default=None, help="use a running server instead of starting one")
+    ap.add_argument("--hostile", type=int, default=0,
+                    help="threads firing malformed/oversize requests during each run (default 0)")
     args = ap.parse_args()
     args.clients = [int(c) for c in str(args.clients).split(",") if c.strip()]
     if not args.clients or min(args.clients) < 1 or max(args.clients) > 256 or not 1 <= args.episodes <= 1000:
         raise SystemExit("--clients must be 1..256 each and --episodes 1..1000")
+    if not 0 <= args.hostile <= 64:
+        raise SystemExit("--hostile must be 0..64")
 
     catalogue = get_catalogue(CatalogueSpec(num_products=args.num_products))
     goals = catalogue.goal_list("human")
@@ -181,7 +301,15 @@ def main() -> None:
             print(f"  error ({r['clients']} clients): {e}")
         if r["stuck"]:
             print(f"  {r['stuck']} client threads still running at the time limit ({r['clients']} clients)")
-    if any(r["errors"] or r["wrong"] or r["stuck"] for r in rows):
+        if args.hostile:
+            h = r["hostile"]
+            print(f"  hostile ({r['clients']} clients, {args.hostile} threads): {sum(h.values())} malformed/oversize "
+                  f"requests: " + ", ".join(f"{k} {h.get(k, 0)}" for k in ("2xx", "3xx", "4xx", "5xx", "closed",
+                                                                            "transport")))
+            for e in r["hostile_errors"]:
+                print(f"    {e}")
+    if any(r["errors"] or r["wrong"] or r["stuck"] for r in rows) or any(
+            r["hostile"].get("5xx", 0) + r["hostile"].get("transport", 0) for r in rows):
         raise SystemExit(1)
 
 
