@@ -31,7 +31,7 @@ TINY = ["model=tiny-llama", "groups_per_update=2", "group_size=2", "val_tasks=2"
         "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1", "warm_start_tasks=0", "action_mode=generate",
         "prompt_style=action_only", "estimator=grpo", "kl_coef=0.01", "mini_batches=2", "updates=2",
         "env_id=WebShop-Rubric-v0", "env_kwargs={catalogue: generated, num_products: 120, tagger: lexicon}",
-        "train_split=train", "val_split=eval", "max_steps=4"]
+        "train_split=train", "val_split=eval", "max_steps=4", "trainable_layers=0", "eval_train_games=false"]
 
 
 def _train(*args: str) -> list[str]:

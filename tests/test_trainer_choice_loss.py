@@ -28,6 +28,7 @@ BASE = [
     "env_id=WebShop-Rubric-v0", "env_kwargs={catalogue: generated, num_products: 60, tagger: lexicon}",
     "train_split=train", "val_split=eval", "max_steps=3", "rubric_shaping=0.0", "max_train_rows=0",
     "action_mode=choose", "rl_loss=choice", "temperature=0.7", "estimator=grpo", "estimator_params={}",
+    "trainable_layers=0", "eval_train_games=false",
 ]
 
 # one prompt, four candidate responses sharing prefixes (as `<action>…` candidates do)

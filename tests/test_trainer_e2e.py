@@ -40,7 +40,7 @@ def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
         "learning_rate=1e-3", "progress=false", "tensorboard=false", "max_response_tokens=12",
         "micro_batch_rows=4", "estimator_params={}", "skip_zero_advantage_rows=false", "env_workers=0",
         "mixed_precision=no", "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1", "warm_start_tasks=0",
-        *WEBSHOP, *extra,
+        "trainable_layers=0", "eval_train_games=false", *WEBSHOP, *extra,
     ]
 
 

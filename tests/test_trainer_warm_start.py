@@ -127,7 +127,8 @@ def test_trainer_warm_start_runs_before_the_first_update_and_is_reported(tmp_pat
           "save_every=1", f"output_dir={tmp_path}", "run_name=warm", "progress=false", "tensorboard=false",
           "env_workers=1", "torch_threads=1", "mixed_precision=no", "max_steps=4", "max_train_rows=4",
           f"env_kwargs={{generated_n: 12, task_types: [{', '.join(ENV_KWARGS['task_types'])}]}}",
-          "warm_start_tasks=3", "warm_start_epochs=2", "warm_start_lr=1e-3", "kl_coef=0.01"]
+          "warm_start_tasks=3", "warm_start_epochs=2", "warm_start_lr=1e-3", "kl_coef=0.01",
+          "trainable_layers=0", "eval_train_games=false"]
     trainer = Trainer(load_config("demo", ov))
     before = [p.detach().clone() for p in trainer.ref_model.parameters()]
     trainer.warm_start()

@@ -147,6 +147,7 @@ class TrainConfig:
     updates: int = _f(250, "Number of policy updates.")
     eval_every: int = _f(5, "Validate every N updates (and before the first and after the last).")
     eval_at_start: bool = _f(True, "Also validate before the first update.")
+    eval_train_games: bool = _f(False, "Also play every training game once (at val_temperature, the same seeds both times) right before the first update (after the warm start) and after the last: what the RL phase changed on the games it trained on (logged as eval_train_before / eval_train_after, in summary.txt).")
     save_every: int = _f(5, "Write a checkpoint every N updates (and at the end).")
     keep_checkpoints: int = _f(2, "How many complete checkpoints to keep.")
     seed: int = _f(0, "Random seed (task sampling, generation, initialisation).")

@@ -112,6 +112,12 @@ def summary_text(run: RunInfo) -> str:
         if "val_success" in warm:
             line += f"; validation success after it: {warm['val_success']:.3f}"
         lines.append(line)
+    games = (run.get("summary") or {}).get("train_games_eval") or {}
+    if games.get("before") and games.get("after"):
+        b, a = games["before"], games["after"]
+        lines.append(f"training games (each played once at the validation temperature, same seeds) before → after the RL "
+                     f"phase: success {b.get('success', 0):.3f} → {a.get('success', 0):.3f}, score {b.get('score', 0):.3f} → "
+                     f"{a.get('score', 0):.3f} ({b.get('episodes', 0):.0f} games)")
     if run["train"]:
         t = run["train"]
         lines.append("training success by update: " + ", ".join(f"{r['update']}: {r.get('train/success', 0):.2f}" for r in t))

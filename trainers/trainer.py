@@ -249,6 +249,7 @@ class Trainer:
         self.resumed_from: str | None = None
         self.warm_start_stats: dict[str, float] | None = None
         self.warm_start_eval: dict[str, float] | None = None
+        self.train_games_eval: dict[str, dict[str, float]] = {}  # "before" / "after" the RL phase
         if resume:
             ckpt = latest_checkpoint(self.run_dir / "checkpoints")
             if ckpt is not None:
@@ -257,6 +258,7 @@ class Trainer:
                 self.eval_history = list(state.get("eval_history", []))
                 self.warm_start_stats = state.get("warm_start")
                 self.warm_start_eval = state.get("warm_start_eval")
+                self.train_games_eval = dict(state.get("train_games_eval") or {})
                 if state.get("adv_scaler") is not None:
                     self.adv_scaler.load_state_dict(state["adv_scaler"])
                 self.resumed_from = str(ckpt)
@@ -464,11 +466,18 @@ class Trainer:
         return record
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, update: int, tag: str = "eval") -> dict[str, float]:
+    def evaluate(self, update: int, tag: str = "eval", *, training_games: bool = False) -> dict[str, float]:
         """One rollout per validation task at ``val_temperature``; gathered metrics. With
-        ``save_rollouts`` the episodes go to ``rollouts/<tag>_XXXXX.jsonl``."""
+        ``save_rollouts`` the episodes go to ``rollouts/<tag>_XXXXX.jsonl``.
+
+        ``training_games``: one rollout per *training* game instead, with the same reset and
+        sampling seeds whenever it is called (so two calls differ only by the policy)."""
         cfg = self.cfg
-        refs = [TaskRef(t, cfg.val_split, self._seed_for(3, k)) for k, t in enumerate(self.val_task_ids)][self.rank::self.world]
+        if training_games:
+            refs = [TaskRef(t, cfg.train_split, self._seed_for(6, k)) for k, t in enumerate(self.train_task_ids)]
+            refs, update = refs[self.rank::self.world], 0
+        else:
+            refs = [TaskRef(t, cfg.val_split, self._seed_for(3, k)) for k, t in enumerate(self.val_task_ids)][self.rank::self.world]
         episodes = []
         played = []
         t0 = time.perf_counter()
@@ -499,6 +508,8 @@ class Trainer:
             if self.start_update == 0 and cfg.warm_start_tasks:
                 self.warm_start()
             end = cfg.updates if self.stop_after is None else min(cfg.updates, self.start_update + self.stop_after)
+            if self.start_update == 0 and cfg.eval_train_games:
+                self._eval_training_games("before")
             for u in range(self.start_update, end):
                 t0 = time.perf_counter()
                 record = self.run_update(u)
@@ -510,6 +521,8 @@ class Trainer:
                 if done % cfg.save_every == 0 or done == cfg.updates or done == end:
                     self._checkpoint(done)
                 progress.advance(record.get("train/success", 0.0), self.eval_history[-1].get("success") if self.eval_history else None)
+            if end == cfg.updates and cfg.eval_train_games and "after" not in self.train_games_eval:
+                self._eval_training_games("after")
             cpu = {"trainer_s": time.process_time() - cpu_start, "env_workers_s": self.pool.worker_cpu_seconds(),
                    "torch_threads": torch.get_num_threads()}
             summary = self._summary(time.perf_counter() - t_start, cpu)
@@ -554,6 +567,13 @@ class Trainer:
         self.warm_start_stats = stats
         return stats
 
+    def _eval_training_games(self, when: str) -> None:
+        """Play every training game once (``eval_train_games``): ``when`` = before / after the RL phase."""
+        res = self.evaluate(0 if when == "before" else self.cfg.updates, tag=f"eval_train_{when}", training_games=True)
+        self.train_games_eval[when] = res
+        self.metrics.log(0 if when == "before" else self.cfg.updates, f"eval_train_{when}", res)
+        log.info("training games %s the RL phase: success %.3f (%d games)", when, res.get("success", 0.0), len(self.train_task_ids))
+
     def _eval_and_log(self, update: int) -> None:
         res = self.evaluate(update)
         self.eval_history.append({"update": update, **res})
@@ -563,6 +583,7 @@ class Trainer:
         state = {"update": update, "sampler": {"kind": "per-update", "seed": self.cfg.seed, "next_update": update},
                  "eval_history": self.eval_history, "config": self.cfg.to_dict(),
                  "warm_start": self.warm_start_stats, "warm_start_eval": self.warm_start_eval,
+                 "train_games_eval": self.train_games_eval,
                  "adv_scaler": self.adv_scaler.state_dict()}
         t0 = time.perf_counter()
         save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
@@ -589,6 +610,7 @@ class Trainer:
             "resumed_from": self.resumed_from,
             "warm_start": self.warm_start_stats,
             "warm_start_eval": self.warm_start_eval,
+            "train_games_eval": self.train_games_eval,
             "rl_loss": self.rl_loss,
         }
         if acc.is_main_process:
