@@ -118,3 +118,111 @@ def test_verl_agent_style_batch() -> None:
     np.testing.assert_allclose(adv[:5], [10 - 3.98 + 4.75, 10 - 3.98, -3.98 - 4.75, -0.1 - 3.98 - 0.05, -3.98 + 0.05])
     # group u2: Z [10 | 0] -> ±5; anchor p0: R {10, 0} -> ±5
     np.testing.assert_allclose(adv[5:], [10.0, -10.0])
+
+
+def rich_groups() -> list[list[Trajectory]]:
+    """Every Step and Trajectory field set, so equality checks all of them."""
+    def step(k: int, t: int, **kw) -> Step:
+        return Step(state_key=("room", k % 3), action=f"act {k}", action_key=("cls", k % 2), observation=f"obs {k}",
+                    feedback=f"fb {k}", rubric={"stage": k}, keys={"exact": ("e", k), "coarse": k % 2},
+                    next_state_key=("room", 9) if t == 1 else None, extra={"i": k}, **kw)
+    a = [Trajectory("A", 1, [step(0, 0), step(1, 1, reward=10.0)], score=1.0, success=True, truncated=False),
+         Trajectory("A", 0, [step(2, 0, penalty=-0.1, valid=False), step(3, 1)], score=0.0, truncated=True)]
+    b = [Trajectory("B", 0, [step(4, 0)], score=0.25)]
+    return [a, b]
+
+
+def rich_columns(gs: list[list[Trajectory]]) -> dict:
+    cols: dict = {k: [] for k in ("group_id", "traj_id", "step_index", "state_key", "next_state_key", "action",
+                                  "action_key", "reward", "penalty", "valid", "score", "success", "slot", "task_id",
+                                  "truncated", "observation", "feedback", "rubric", "extra")}
+    keys: dict = {"exact": [], "coarse": []}
+    for g in gs:
+        for t in g:
+            for k, s in enumerate(t.steps):
+                for name, v in (("group_id", t.task_id), ("traj_id", (t.task_id, t.slot)), ("step_index", k),
+                                ("score", t.score), ("success", t.success), ("slot", t.slot), ("task_id", t.task_id),
+                                ("truncated", t.truncated)):
+                    cols[name].append(v)
+                for name in ("state_key", "next_state_key", "action", "action_key", "reward", "penalty", "valid",
+                             "observation", "feedback", "rubric", "extra"):
+                    cols[name].append(getattr(s, name))
+                for name, column in keys.items():
+                    column.append(s.keys[name])
+    cols["keys"] = keys
+    return cols
+
+
+def test_flat_groups_equal_the_original_field_by_field() -> None:
+    gs = rich_groups()
+    cols = rich_columns(gs)
+    perm = np.random.default_rng(1).permutation(len(cols["group_id"]))
+    shuffled = {k: [v[i] for i in perm] for k, v in cols.items() if k != "keys"}
+    shuffled["keys"] = {k: [v[i] for i in perm] for k, v in cols["keys"].items()}
+    for c in (cols, shuffled):
+        b = flat_batch(**c)
+        # groups in order of first appearance; group A's trajectories in slot order (slot 0 first)
+        want = {"A": sorted(gs[0], key=lambda t: t.slot), "B": gs[1]}
+        assert {g[0].task_id: g for g in b.groups} == want
+        assert [g[0].task_id for g in b.groups] == list(dict.fromkeys(c["group_id"]))
+        s = {g[0].task_id: g for g in b.groups}["A"][0].steps[0]
+        assert type(s) is Step and s.rubric is not c["rubric"][0] and s.keys == {"exact": ("e", 2), "coarse": 0}
+        assert b.table.n_rows == 5 and b.consistent
+    # a missing action key defaults to the action, as Step() does
+    b = flat_batch(group_id=["g"], traj_id=[0], state_key=["s"], reward=[0.0], action=["go"], action_key=[None])
+    assert b.groups[0][0].steps[0] == Step("s", "go")
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "gigpo", "graphgpo", "milegpo"])
+def test_row_level_estimators_skip_the_steps_and_agree_in_full(name: str) -> None:
+    gs = rich_groups()
+    native = get_estimator(name)([sorted(g, key=lambda t: t.slot) for g in gs])  # (flat orders by slot)
+    fc = flat_credit(name, **rich_columns(gs))
+    assert fc.batch._groups is None, "the row-level path built Step objects"
+    for got, want in zip(fc.results, native):
+        assert len(got.advantages) == len(want.advantages)
+        for x, y in zip(got.advantages, want.advantages):
+            np.testing.assert_array_equal(x, y)
+        if want.shaped_rewards is not None:
+            for x, y in zip(got.shaped_rewards, want.shaped_rewards):
+                np.testing.assert_array_equal(x, y)
+        assert got.stats.keys() == want.stats.keys()
+        np.testing.assert_equal(got.stats, want.stats)
+
+
+def test_step_level_estimators_go_through_groups() -> None:
+    gs = groups()
+    cols = to_columns(gs)
+    native = get_estimator("mcgpo")(gs)
+    fc = flat_credit("mcgpo", **cols)
+    assert fc.batch._groups is not None
+    np.testing.assert_array_equal(fc.advantages, np.concatenate([a for r in native for a in r.advantages]))
+    # preferences name input rows: row = the position of (group, trajectory, step) in the columns
+    index = {(cols["traj_id"][r], cols["step_index"][r]): r for r in range(len(cols["group_id"]))}
+    want = [(index[(f"{gs[g][p.preferred[0]].task_id}/{gs[g][p.preferred[0]].slot}", p.preferred[1])],
+             index[(f"{gs[g][p.rejected[0]].task_id}/{gs[g][p.rejected[0]].slot}", p.rejected[1])])
+            for g, r in enumerate(native) for p in r.pairs]
+    assert fc.pairs.tolist() == [list(w) for w in want]
+
+
+@pytest.mark.parametrize("name", ["gigpo", "grpo"])
+def test_row_level_path_raises_validate_groups_errors(name: str) -> None:
+    cols = to_columns(groups())
+    cols["slot"] = [0 if s == 2 else s for s in cols["slot"]]  # trajectories A/0 and A/2 both in slot 0
+    with pytest.raises(CreditInputError, match="duplicate slot 0"):
+        flat_advantages(name, **cols)
+    cols = to_columns(groups())
+    cols["next_state_key"][3] = {"unhashable": 1}
+    with pytest.raises(CreditInputError, match="step 0: next_state_key is not hashable"):
+        flat_advantages(name, **cols)
+
+
+def test_a_subclass_overriding_compute_is_called() -> None:
+    from wrappers.credit.gigpo import GiGPO
+
+    class Doubled(GiGPO):
+        def compute(self, gs):
+            return [type(r)([2 * a for a in r.advantages]) for r in super().compute(gs)]
+
+    cols = to_columns(groups())
+    np.testing.assert_array_equal(flat_advantages(Doubled(), **cols), 2 * flat_advantages("gigpo", **cols))

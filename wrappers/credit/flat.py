@@ -2,10 +2,16 @@
 
 RL libraries keep one *row* per agent step (prompt = the step's history-conditioned context,
 response = the generated action) in flat arrays.  :func:`flat_advantages` takes such columns,
-rebuilds the sibling groups as :class:`~agent_envs.trajectory.Trajectory` objects, runs any
-registered estimator and scatters the per-step advantages back to the rows, in the input
-order.  Rows may come in any order; ``step_index`` (or, when omitted, the order of
-appearance within a trajectory) orders the steps.
+regroups them into sibling groups, runs any registered estimator and scatters the per-step
+advantages back to the rows, in the input order.  Rows may come in any order; ``step_index``
+(or, when omitted, the order of appearance within a trajectory) orders the steps.
+
+At native speed: the regrouping is column-wise numpy work, and the row-level estimators (GRPO,
+RLOO, GiGPO, GraphGPO, MileGPO: those with a ``compute_rows`` method) run on a
+:class:`~wrappers.credit.graph.RowTable` built straight from the columns, the same code path
+their grouped call takes, so no :class:`~agent_envs.trajectory.Step` is ever made.  The others
+(SCPO, MCGPO, your own) get :class:`~agent_envs.trajectory.Trajectory` groups, built only
+then (``python bench/credit.py`` prints flat vs native times up to 64k rows).
 
 Columns (one entry per row; only the first four are required):
 
@@ -53,42 +59,79 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from itertools import pairwise, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditInputError, CreditResult, Estimator, get_estimator
+from wrappers.credit.graph import RowTable, StepColumns
 
 __all__ = ["FlatBatch", "FlatCredit", "flat_advantages", "flat_batch", "flat_credit"]
 
 
-@dataclass
 class FlatBatch:
     """Flat rows regrouped into sibling groups.
 
     Attributes:
-        groups: The groups, in order of first appearance of their ``group_id``; inside a
-            group the trajectories are ordered by ``slot`` when slots were given, else by
-            first appearance.
+        groups: The groups (built on first use), in order of first appearance of their
+            ``group_id``; inside a group the trajectories are ordered by ``slot`` when slots
+            were given, else by first appearance.
+        table: The same rows as a :class:`~wrappers.credit.graph.RowTable` (group-major, then
+            trajectory, then step order), built from the columns without any ``Step``; the
+            row-level estimators (GRPO, RLOO, GiGPO, GraphGPO) read only this.
         rows: ``rows[g][i]`` = input row index of each step of ``groups[g][i]``, in step order.
+        order: Input row of every table row (``table`` order), shape (n_rows,).
         n_rows: Number of input rows.
         group_ids, traj_ids: The original ids, ``group_ids[g]`` and ``traj_ids[g][i]``.
     """
 
-    groups: list[list[Trajectory]]
-    rows: list[list[np.ndarray]]
-    n_rows: int
-    group_ids: list[Hashable] = field(default_factory=list)
-    traj_ids: list[list[Hashable]] = field(default_factory=list)
+    def __init__(self, layout: _Layout, columns: Mapping[str, Any]) -> None:
+        self._layout, self._columns = layout, columns
+        self.n_rows = layout.n_rows
+        self.order = layout.order
+        self.group_ids = layout.g_ids
+        bounds = layout.group_traj
+        self.traj_ids = [[layout.t_ids[k] for k in layout.traj_codes[a:b]] for a, b in pairwise(bounds)]
+        self._rows: list[list[np.ndarray]] | None = None
+        self._groups: list[list[Trajectory]] | None = None
+        self._table: RowTable | None = None
+
+    @property
+    def rows(self) -> list[list[np.ndarray]]:
+        if self._rows is None:
+            lay = self._layout
+            per_traj = np.split(lay.order, lay.offsets[1:-1]) if lay.n_rows else []
+            self._rows = [per_traj[a:b] for a, b in pairwise(lay.group_traj)]
+        return self._rows
+
+    @property
+    def groups(self) -> list[list[Trajectory]]:
+        if self._groups is None:
+            self._groups = _build_groups(self._layout, self._columns, self.table.columns)
+        return self._groups
+
+    @property
+    def table(self) -> RowTable:
+        if self._table is None:
+            self._table = RowTable.from_columns(_step_columns(self._layout, self._columns))
+        return self._table
+
+    @property
+    def consistent(self) -> bool:
+        """Task ids constant per group, slots unique per group, keys hashable: what
+        :func:`~wrappers.credit.base.validate_groups` checks beyond the column checks."""
+        return self._layout.consistent and _hashable(self.table.columns)
 
     def scatter(self, per_step: Sequence[Sequence[np.ndarray]], fill: float = 0.0) -> np.ndarray:
         """Per-row array from per-group, per-trajectory step arrays."""
         out = np.full(self.n_rows, fill, dtype=np.float64)
-        for g, arrays in enumerate(per_step):
-            for i, values in enumerate(arrays):
-                out[self.rows[g][i]] = values
+        if self.n_rows:
+            flat = [np.asarray(v, dtype=np.float64) for arrays in per_step for v in arrays]
+            out[self.order] = np.concatenate(flat) if flat else np.zeros(0)
         return out
 
 
@@ -121,20 +164,54 @@ def _column(name: str, values: Any, n: int | None) -> Sequence[Any]:
     return values
 
 
-def _factorize(values: Sequence[Any], name: str) -> tuple[list[int], list[Hashable]]:
-    index: dict[Hashable, int] = {}
-    codes = []
-    for r, v in enumerate(values):
-        try:
-            codes.append(index.setdefault(v, len(index)))
-        except TypeError:
-            raise CreditInputError(f"row {r}: {name} is not hashable ({type(v).__name__}): {v!r}") from None
-    return codes, list(index)
-
-
 def _item(v: Any) -> Any:
     """numpy scalars -> Python scalars (keys compare equal across arrays and lists)."""
     return v.item() if isinstance(v, np.generic) else v
+
+
+def _py_values(col: Sequence[Any]) -> list[Any]:
+    """The column as a list of Python values (numpy scalars converted, as :func:`_item`)."""
+    if isinstance(col, np.ndarray) and col.dtype != object:
+        return col.tolist()  # (ndarray.tolist converts every element like .item())
+    values = list(col)
+    if any(issubclass(t, np.generic) for t in set(map(type, values))):
+        return [_item(v) for v in values]
+    return values
+
+
+def _codes(values: list[Any], name: str) -> tuple[np.ndarray, list[Hashable]]:
+    """Codes in order of first appearance; an unhashable value names its row."""
+    try:
+        uniq = list(dict.fromkeys(values))
+    except TypeError:
+        for r, v in enumerate(values):
+            try:
+                hash(v)
+            except TypeError:
+                raise CreditInputError(f"row {r}: {name} is not hashable ({type(v).__name__}): {v!r}") from None
+        raise
+    index = dict(zip(uniq, range(len(uniq))))
+    return np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values)), uniq
+
+
+#: Trajectory-level columns (constant within a trajectory), in the order they are checked.
+_TRAJ_FIELDS = ("success", "score", "slot", "task_id", "truncated")
+
+
+@dataclass
+class _Layout:
+    """Where every input row goes: table order = group, then trajectory (by slot when given),
+    then step; per trajectory (table order) its trajectory-level values."""
+
+    n_rows: int
+    g_ids: list[Hashable]
+    t_ids: list[Hashable]
+    order: np.ndarray  # input row of each table row
+    offsets: np.ndarray  # table-row offsets of each trajectory, len n_traj + 1
+    group_traj: list[int]  # trajectory offsets of each group, len n_groups + 1
+    traj_codes: list[int]  # trajectory code of each trajectory (table order)
+    traj: dict[str, list[Any]] = field(default_factory=dict)  # success, score, slot, task_id, truncated
+    consistent: bool = True  # task ids constant per group and slots unique: validate_groups would pass
 
 
 def flat_batch(
@@ -162,6 +239,10 @@ def flat_batch(
 ) -> FlatBatch:
     """Regroup flat step rows into groups of trajectories (see the module docstring).
 
+    Column-wise numpy work: the trajectories and their steps are built only when
+    :attr:`FlatBatch.groups` is used; :attr:`FlatBatch.table` serves the row-level
+    estimators without them.
+
     Raises:
         ValueError: columns of different lengths, duplicate or missing step indices.
         CreditInputError: NaN/inf rewards or penalties, unhashable ids or keys, a
@@ -170,7 +251,7 @@ def flat_batch(
             message names the row.
     """
     n = len(_column("group_id", group_id, None))
-    cols: dict[str, Sequence[Any] | None] = {
+    cols: dict[str, Any] = {
         "traj_id": traj_id, "state_key": state_key, "reward": reward, "step_index": step_index,
         "next_state_key": next_state_key, "action": action, "action_key": action_key,
         "penalty": penalty, "valid": valid, "score": score, "success": success, "slot": slot,
@@ -180,244 +261,213 @@ def flat_batch(
     for name, col in cols.items():
         if col is not None:
             _column(name, col, n)
-    key_cols = {k: _column(f"keys[{k!r}]", v, n) for k, v in (keys or {}).items()}
+    cols["keys"] = {k: _column(f"keys[{k!r}]", v, n) for k, v in (keys or {}).items()}
     rew = np.asarray(reward, dtype=np.float64)
     pen = np.zeros(n) if penalty is None else np.asarray(penalty, dtype=np.float64)
     for name, arr in (("reward", rew), ("penalty", pen)):
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
             raise CreditInputError(f"row {bad[0]}: {name} is not finite ({arr[bad[0]]})")
-    fast = _fast_batch(n, rew, pen, key_cols, cols, group_id)
-    if fast is not None:
-        return fast
-    # The general path, which also names the row of any problem.
-    g_codes, g_ids = _factorize([_item(v) for v in group_id], "group_id")
-    t_codes, t_ids = _factorize([_item(v) for v in traj_id], "traj_id")
-    # rows of each trajectory, in order of appearance
-    by_traj: list[list[int]] = [[] for _ in t_ids]
-    traj_group = [-1] * len(t_ids)
-    for r in range(n):
-        t = t_codes[r]
-        if traj_group[t] == -1:
-            traj_group[t] = g_codes[r]
-        elif traj_group[t] != g_codes[r]:
-            raise CreditInputError(
-                f"row {r}: trajectory {t_ids[t]!r} appears in groups {g_ids[traj_group[t]]!r} and "
-                f"{g_ids[g_codes[r]]!r} (trajectory ids must be unique across groups)")
-        by_traj[t].append(r)
-    if step_index is not None:
-        sidx = np.asarray(step_index)
-        for t, rows in enumerate(by_traj):
-            order = sorted(rows, key=lambda r: int(sidx[r]))
-            got = [int(sidx[r]) for r in order]
-            if got != list(range(len(got))):
-                raise ValueError(
-                    f"trajectory {t_ids[t]!r} (rows {order[:8]}{'...' if len(order) > 8 else ''}): step indices "
-                    f"{got[:8]}{'...' if len(got) > 8 else ''} are not 0..{len(got) - 1} without gaps or duplicates")
-            by_traj[t] = order
-
-    def traj_value(col: Sequence[Any] | None, rows: list[int], name: str, default: Any) -> Any:
-        if col is None:
-            return default
-        first = _item(col[rows[0]])
-        for r in rows[1:]:
-            if _item(col[r]) != first:
-                raise CreditInputError(
-                    f"row {r}: {name} {_item(col[r])!r} differs from {first!r} at row {rows[0]} "
-                    f"of the same trajectory {t_ids[t_codes[r]]!r}")
-        return first
-
-    groups: list[list[Trajectory]] = [[] for _ in g_ids]
-    rows_out: list[list[np.ndarray]] = [[] for _ in g_ids]
-    tids_out: list[list[Hashable]] = [[] for _ in g_ids]
-    for t, rows in enumerate(by_traj):
-        g = traj_group[t]
-        steps = []
-        for r in rows:
-            steps.append(Step(
-                state_key=_item(state_key[r]),
-                action="" if action is None else str(action[r]),
-                action_key=None if action_key is None else _item(action_key[r]),
-                reward=float(rew[r]),
-                penalty=float(pen[r]),
-                valid=True if valid is None else bool(valid[r]),
-                observation="" if observation is None else str(observation[r]),
-                feedback="" if feedback is None else str(feedback[r]),
-                rubric={} if rubric is None else dict(rubric[r]),
-                keys={k: _item(v[r]) for k, v in key_cols.items()},
-                next_state_key=None if next_state_key is None else _item(next_state_key[r]),
-                extra={} if extra is None else dict(extra[r]),
-            ))
-        outcome = float(rew[rows].sum())
-        succ = bool(traj_value(success, rows, "success", outcome > 0))
-        sc = traj_value(score, rows, "score", 1.0 if succ else 0.0)
-        if not isinstance(sc, (int, float)) or isinstance(sc, bool) or not math.isfinite(float(sc)):
-            raise CreditInputError(f"row {rows[0]}: score must be a finite number, got {sc!r}")
-        sl = traj_value(slot, rows, "slot", len(groups[g]))
-        groups[g].append(Trajectory(
-            task_id=traj_value(task_id, rows, "task_id", g_ids[g]),
-            slot=int(sl),
-            steps=steps,
-            score=float(sc),
-            success=succ,
-            truncated=bool(traj_value(truncated, rows, "truncated", False)),
-        ))
-        rows_out[g].append(np.array(rows, dtype=np.intp))
-        tids_out[g].append(t_ids[t])
-    if slot is not None:  # canonical order: by slot, so the row order does not matter at all
-        for g in range(len(groups)):
-            order = sorted(range(len(groups[g])), key=lambda i: groups[g][i].slot)
-            groups[g] = [groups[g][i] for i in order]
-            rows_out[g] = [rows_out[g][i] for i in order]
-            tids_out[g] = [tids_out[g][i] for i in order]
-    return FlatBatch(groups, rows_out, n, g_ids, tids_out)
+    cols["reward"], cols["penalty"] = rew, pen
+    layout = _layout(n, group_id, traj_id, step_index)
+    _traj_values(layout, cols, rew)
+    return FlatBatch(layout, cols)
 
 
-#: Step fields in constructor order, so that steps are built with positional arguments.
-_STEP_FIELDS = tuple(f.name for f in fields(Step))
-_TRAJ_FIELDS = ("success", "score", "slot", "task_id", "truncated")
-
-
-def _py_values(col: Sequence[Any]) -> list[Any]:
-    """The column as a list of Python values (numpy scalars converted, as :func:`_item`)."""
-    if isinstance(col, np.ndarray) and col.dtype != object:
-        return col.tolist()  # (ndarray.tolist converts every element like .item())
-    values = list(col)
-    if any(isinstance(v, np.generic) for v in values):
-        return [_item(v) for v in values]
-    return values
-
-
-def _codes(values: list[Any]) -> tuple[np.ndarray, list[Hashable]] | None:
-    """Codes in order of first appearance (``None`` if a value is unhashable)."""
-    try:
-        uniq = list(dict.fromkeys(values))
-    except TypeError:
-        return None
-    index = dict(zip(uniq, range(len(uniq))))
-    return np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values)), uniq
-
-
-def _fast_batch(
-    n: int,
-    rew: np.ndarray,
-    pen: np.ndarray,
-    key_cols: Mapping[str, Sequence[Any]],
-    cols: Mapping[str, Sequence[Any] | None],
-    group_id: Sequence[Hashable],
-) -> FlatBatch | None:
-    """:func:`flat_batch` for well-formed input, column-wise; ``None`` sends the caller to
-    the general row-by-row path (which names the problem).  The result is equal: the same
-    groups, steps, trajectories and row indices."""
-    g = _codes(_py_values(group_id))
-    t = _codes(_py_values(cols["traj_id"]))
-    if g is None or t is None:
-        return None
-    (g_codes, g_ids), (t_codes, t_ids) = g, t
+def _layout(n: int, group_id: Sequence[Hashable], traj_id: Sequence[Hashable],
+            step_index: Sequence[int] | None) -> _Layout:
+    """Codes, the trajectory-of-group check and the step order (rows of one trajectory by
+    step index, else by appearance); trajectories in order of first appearance for now."""
+    g_codes, g_ids = _codes(_py_values(group_id), "group_id")
+    t_codes, t_ids = _codes(_py_values(traj_id), "traj_id")
     n_traj = len(t_ids)
-    _, first_row = np.unique(t_codes, return_index=True)
+    first_row = np.unique(t_codes, return_index=True)[1]
     traj_group = g_codes[first_row]
-    if not np.array_equal(traj_group[t_codes], g_codes):
-        return None  # a trajectory id in two groups
-    step_index = cols["step_index"]
+    bad = np.flatnonzero(traj_group[t_codes] != g_codes)
+    if bad.size:
+        r = int(bad[0])
+        t = t_codes[r]
+        raise CreditInputError(
+            f"row {r}: trajectory {t_ids[t]!r} appears in groups {g_ids[traj_group[t]]!r} and "
+            f"{g_ids[g_codes[r]]!r} (trajectory ids must be unique across groups)")
+    counts = np.bincount(t_codes, minlength=n_traj)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.intp)
     if step_index is None:
         order = np.argsort(t_codes, kind="stable")  # order of appearance within a trajectory
     else:
         sidx = np.asarray(step_index)
         if sidx.dtype.kind not in "iu":
-            return None
+            sidx = np.array([int(v) for v in step_index], dtype=np.int64)
         order = np.lexsort((sidx, t_codes))  # by trajectory, then step index (stable)
-    counts = np.bincount(t_codes, minlength=n_traj)
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.intp)
-    t_sorted = t_codes[order]
-    if step_index is not None and not np.array_equal(
-        sidx[order], np.arange(n, dtype=np.intp) - starts[:-1][t_sorted]
-    ):
-        return None  # gaps or duplicates
-    # trajectory-level columns must be constant within a trajectory
-    traj_vals: dict[str, list[Any] | None] = {}
+        t_sorted = t_codes[order]
+        bad = np.flatnonzero(sidx[order] != np.arange(n, dtype=np.intp) - starts[:-1][t_sorted])
+        if bad.size:
+            t = int(t_sorted[bad[0]])
+            rows = order[starts[t]:starts[t + 1]].tolist()
+            got = sidx[rows].tolist()
+            raise ValueError(
+                f"trajectory {t_ids[t]!r} (rows {rows[:8]}{'...' if len(rows) > 8 else ''}): step indices "
+                f"{got[:8]}{'...' if len(got) > 8 else ''} are not 0..{len(got) - 1} without gaps or duplicates")
+    # group-major: trajectories of each group in order of first appearance (stable)
+    by_group = np.argsort(traj_group, kind="stable")
+    sizes = np.bincount(traj_group, minlength=len(g_ids))
+    return _Layout(n, g_ids, t_ids, order, starts, np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp).tolist(),
+                   by_group.tolist())
+
+
+def _traj_values(layout: _Layout, cols: Mapping[str, Any], rew: np.ndarray) -> None:
+    """Trajectory-level values, checked constant within each trajectory, then the final
+    table order (by slot inside a group when slots were given)."""
+    order, starts = layout.order, layout.offsets  # (still in trajectory-code order)
+    order_l, starts_l = order.tolist(), starts.tolist()
+    traj_of_pos = np.repeat(np.arange(len(layout.t_ids)), np.diff(starts)).tolist()
     for name in _TRAJ_FIELDS:
-        col = cols[name]
-        if col is None:
-            traj_vals[name] = None
-            continue
-        vals = _py_values(col)
-        heads = [vals[r] for r in order[starts[:-1]].tolist()]
-        if any(vals[r] != heads[k] for r, k in zip(order.tolist(), t_sorted.tolist())):
-            return None
-        traj_vals[name] = heads
-    # Step columns in step order.  They are tuples: the garbage collector stops tracking a
-    # tuple of atomic values, where a long list would be traversed by every collection.
-    order_t = tuple(order.tolist())
-
-    def in_order(values: Sequence[Any] | None, convert: Callable[[Any], Any] | None, default: Any) -> tuple[Any, ...]:
-        if values is None:
-            return (default,) * n
-        values = _py_values(values) if convert is None else values
-        if convert is None or convert is str or convert is bool:
-            picked = map(values.__getitem__, order_t)
-            return tuple(picked if convert is None else map(convert, picked))
-        return tuple(convert(values[r]) for r in order_t)
-
-    built: dict[str, tuple[Any, ...]] = {
-        "state_key": in_order(cols["state_key"], None, None),
-        "action": in_order(cols["action"], str, ""),
-        "action_key": in_order(cols["action_key"], None, None),
-        "reward": in_order(rew.tolist(), None, 0.0),
-        "penalty": in_order(pen.tolist(), None, 0.0),
-        "valid": in_order(cols["valid"], bool, True),
-        "observation": in_order(cols["observation"], str, ""),
-        "feedback": in_order(cols["feedback"], str, ""),
-        "next_state_key": in_order(cols["next_state_key"], None, None),
-        "rubric": in_order(cols["rubric"], dict, None),
-        "extra": in_order(cols["extra"], dict, None),
-    }
-    for name in ("rubric", "extra"):  # a fresh dict per step
         if cols[name] is None:
-            built[name] = tuple({} for _ in order_t)
-    names = list(key_cols)
-    if names:
-        key_vals = [in_order(key_cols[k], None, None) for k in names]
-        built["keys"] = tuple(dict(zip(names, vs)) for vs in zip(*key_vals))
-    else:
-        built["keys"] = tuple({} for _ in order_t)
-    if set(built) != set(_STEP_FIELDS):  # the data model changed: use the general path
-        return None
-    step_cols = [built[f] for f in _STEP_FIELDS]
-    groups: list[list[Trajectory]] = [[] for _ in g_ids]
-    rows_out: list[list[np.ndarray]] = [[] for _ in g_ids]
-    tids_out: list[list[Hashable]] = [[] for _ in g_ids]
-    bounds = starts.tolist()
-    tg = traj_group.tolist()
-    success, score, slot = traj_vals["success"], traj_vals["score"], traj_vals["slot"]
-    task_id, truncated = traj_vals["task_id"], traj_vals["truncated"]
-    for k in range(n_traj):
-        gk = tg[k]
-        rows = order[bounds[k] : bounds[k + 1]]
-        outcome = float(rew[rows].sum())
-        succ = bool(outcome > 0 if success is None else success[k])
-        sc = (1.0 if succ else 0.0) if score is None else score[k]
+            continue
+        in_order = _take(_py_values(cols[name]), order_l)
+        heads = _take(in_order, starts_l[:-1])
+        pos = _first_difference(in_order, heads, traj_of_pos, starts)
+        if pos is not None:
+            t = traj_of_pos[pos]
+            raise CreditInputError(
+                f"row {order_l[pos]}: {name} {in_order[pos]!r} differs from {heads[t]!r} at row "
+                f"{order_l[starts_l[t]]} of the same trajectory {layout.t_ids[t]!r}")
+        layout.traj[name] = heads
+    outcome = np.add.reduceat(rew[order], starts[:-1]) if layout.n_rows else np.zeros(0)
+    tv = layout.traj
+    tv["success"] = [bool(v) for v in tv["success"]] if "success" in tv else (outcome > 0).tolist()
+    scores = tv.get("score") or [1.0 if s else 0.0 for s in tv["success"]]
+    for t, sc in enumerate(scores):
         if not isinstance(sc, (int, float)) or isinstance(sc, bool) or not math.isfinite(float(sc)):
-            return None
-        groups[gk].append(Trajectory(
-            task_id=g_ids[gk] if task_id is None else task_id[k],
-            slot=int(len(groups[gk]) if slot is None else slot[k]),
-            steps=list(map(Step, *(col[bounds[k] : bounds[k + 1]] for col in step_cols))),
-            score=float(sc),
-            success=succ,
-            truncated=bool(False if truncated is None else truncated[k]),
-        ))
-        rows_out[gk].append(np.array(rows, dtype=np.intp))
-        tids_out[gk].append(t_ids[k])
-    if slot is not None:  # canonical order: by slot, so the row order does not matter at all
-        for gk in range(len(groups)):
-            perm = sorted(range(len(groups[gk])), key=lambda i: groups[gk][i].slot)
-            groups[gk] = [groups[gk][i] for i in perm]
-            rows_out[gk] = [rows_out[gk][i] for i in perm]
-            tids_out[gk] = [tids_out[gk][i] for i in perm]
-    return FlatBatch(groups, rows_out, n, g_ids, tids_out)
+            raise CreditInputError(f"row {order_l[starts_l[t]]}: score must be a finite number, got {sc!r}")
+    tv["score"] = [float(sc) for sc in scores]
+    _final_order(layout)
 
 
+def _first_difference(values: list[Any], heads: list[Any], traj_of_pos: list[int], starts: np.ndarray) -> int | None:
+    """The first position whose value differs from its trajectory's first (None if none);
+    a trajectory's first row is never compared with itself (NaN included)."""
+    arr = np.asarray(values) if values and type(values[0]) in (bool, int, float) else None
+    if arr is not None and arr.dtype.kind in "biuf" and arr.shape == (len(values),):
+        bad = arr != arr[starts[:-1]][traj_of_pos]
+        bad[starts[:-1]] = False
+        hits = np.flatnonzero(bad)
+        return int(hits[0]) if hits.size else None
+    for pos, (v, t) in enumerate(zip(values, traj_of_pos)):
+        h = heads[t]
+        if v is not h and v != h:
+            return pos
+    return None
+
+
+def _final_order(layout: _Layout) -> None:
+    """Reorder trajectories group-major (slot order inside a group when slots were given),
+    fill the default slots, task ids and truncation, and note whether validation holds."""
+    codes = layout.traj_codes  # group-major, first appearance
+    bounds = layout.group_traj
+    slots = layout.traj.get("slot")
+    if slots is not None:
+        codes = [k for a, b in pairwise(bounds) for k in sorted(codes[a:b], key=lambda k: slots[k])]
+    group_of = [g for g, (a, b) in enumerate(pairwise(bounds)) for _ in range(b - a)]
+    tv = layout.traj
+    per = {name: [tv[name][k] for k in codes] for name in tv}
+    if slots is None:
+        per["slot"] = [i for a, b in pairwise(bounds) for i in range(b - a)]
+    per.setdefault("task_id", [layout.g_ids[g] for g in group_of])
+    per.setdefault("truncated", [False] * len(codes))
+    per["slot"] = [int(s) for s in per["slot"]]
+    per["truncated"] = [bool(x) for x in per["truncated"]]
+    starts = layout.offsets
+    layout.order = np.concatenate([layout.order[starts[k]:starts[k + 1]] for k in codes]) if codes else layout.order
+    lengths = np.diff(starts)[codes] if codes else np.zeros(0, np.intp)
+    layout.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
+    layout.traj_codes, layout.traj = codes, per
+    layout.consistent = all(
+        len(set(per["slot"][a:b])) == b - a and len(set(per["task_id"][a:b])) <= 1 for a, b in pairwise(bounds))
+
+
+def _pick(col: Sequence[Any] | None, order: list[int], convert: Callable[[Any], Any] | None = None) -> list[Any] | None:
+    """The column's values in table order (Python values; ``convert`` applied), or None."""
+    if col is None:
+        return None
+    picked = _take(_py_values(col), order)
+    return picked if convert is None else list(map(convert, picked))
+
+
+def _take(values: Sequence[Any], order: list[int]) -> list[Any]:
+    """``[values[r] for r in order]``, in C."""
+    if len(order) < 2:
+        return [values[r] for r in order]
+    return list(itemgetter(*order)(values))
+
+
+def _step_columns(layout: _Layout, cols: Mapping[str, Any]) -> StepColumns:
+    """The :class:`~wrappers.credit.graph.StepColumns` of the batch, in table order."""
+    order = layout.order.tolist()
+    n = len(order)
+    actions = _pick(cols["action"], order, str) or [""] * n
+    akeys = _pick(cols["action_key"], order)
+    akeys = actions if akeys is None else [a if k is None else k for k, a in zip(akeys, actions)]
+    return StepColumns(
+        np.diff(layout.group_traj).tolist(), np.diff(layout.offsets).tolist(), layout.traj["success"],
+        reward=cols["reward"][layout.order], penalty=cols["penalty"][layout.order],
+        state_key=_pick(cols["state_key"], order), next_state_key=_pick(cols["next_state_key"], order) or [None] * n,
+        action_key=akeys)
+
+
+def _hashable(columns: StepColumns) -> bool:
+    """Whether every key hashes (else :func:`~wrappers.credit.base.validate_groups` names the step)."""
+    try:
+        for name in ("state_key", "next_state_key", "action_key"):
+            hash(tuple(columns.column(name)))
+    except TypeError:
+        return False
+    return True
+
+
+#: Step fields in constructor order (the steps below are made without ``Step.__init__``).
+_STEP_FIELDS = ("state_key", "action", "action_key", "reward", "penalty", "valid", "observation", "feedback",
+                "rubric", "keys", "next_state_key", "extra")
+
+
+def _build_steps(layout: _Layout, cols: Mapping[str, Any], sc: StepColumns) -> list[Step]:
+    """The steps in table order.  Their values are already what ``Step.__post_init__`` makes
+    (str action, float reward and penalty, the action as default key), so the instances are
+    filled directly: several times faster than the constructor."""
+    order = layout.order.tolist()
+    n = len(order)
+    actions = _pick(cols["action"], order, str) or [""] * n
+    columns = [
+        sc.column("state_key"), actions, sc.column("action_key"), sc.column("reward").tolist(),
+        sc.column("penalty").tolist(), _pick(cols["valid"], order, bool) or repeat(True),
+        _pick(cols["observation"], order, str) or repeat(""), _pick(cols["feedback"], order, str) or repeat(""),
+        _pick(cols["rubric"], order) or repeat(None), None, sc.column("next_state_key"),
+        _pick(cols["extra"], order) or repeat(None),
+    ]
+    names = list(cols["keys"])
+    key_vals = [_pick(cols["keys"][k], order) for k in names]
+    columns[9] = [dict(zip(names, vs)) for vs in zip(*key_vals)] if names else repeat(None)
+    new = Step.__new__
+    steps = []
+    append = steps.append
+    for sk, a, ak, rw, pn, v, ob, fb, rb, ky, ns, ex in zip(*columns):
+        s = new(Step)
+        s.__dict__ = {"state_key": sk, "action": a, "action_key": ak, "reward": rw, "penalty": pn, "valid": v,
+                      "observation": ob, "feedback": fb, "rubric": {} if rb is None else dict(rb),
+                      "keys": {} if ky is None else ky, "next_state_key": ns, "extra": {} if ex is None else dict(ex)}
+        append(s)
+    return steps
+
+
+def _build_groups(layout: _Layout, cols: Mapping[str, Any], sc: StepColumns) -> list[list[Trajectory]]:
+    """The groups of trajectories (table order)."""
+    steps = _build_steps(layout, cols, sc)
+    offsets = layout.offsets.tolist()
+    tv = layout.traj
+    trajs = [Trajectory(task_id=tv["task_id"][k], slot=tv["slot"][k], steps=steps[a:b], score=tv["score"][k],
+                        success=tv["success"][k], truncated=tv["truncated"][k])
+             for k, (a, b) in enumerate(pairwise(offsets))]
+    return [trajs[a:b] for a, b in pairwise(layout.group_traj)]
 def _resolve(estimator: str | Estimator, params: Mapping[str, Any] | None) -> Estimator:
     if isinstance(estimator, str):
         return get_estimator(estimator, **(params or {}))
@@ -426,6 +476,14 @@ def _resolve(estimator: str | Estimator, params: Mapping[str, Any] | None) -> Es
     if not isinstance(estimator, Estimator):
         raise TypeError(f"estimator must be a registered name or an Estimator, got {type(estimator).__name__}")
     return estimator
+
+
+def _row_level(est: Estimator) -> bool:
+    """Whether ``est`` computes from a :class:`~wrappers.credit.graph.RowTable` alone: it
+    defines ``compute_rows`` and neither its ``compute`` nor ``__call__`` is overridden below."""
+    cls = type(est)
+    owner = next((c for c in cls.__mro__ if "compute_rows" in c.__dict__), None)
+    return owner is not None and cls.compute is owner.compute and cls.__call__ is Estimator.__call__
 
 
 def flat_credit(estimator: str | Estimator, *, params: Mapping[str, Any] | None = None, **columns: Any) -> FlatCredit:
@@ -439,7 +497,12 @@ def flat_credit(estimator: str | Estimator, *, params: Mapping[str, Any] | None 
     est = _resolve(estimator, params)
     batch = flat_batch(**columns)
     try:
-        results = est(batch.groups)
+        if _row_level(est) and batch.consistent:  # the columns passed validate_groups' checks
+            results = est.compute_rows(batch.table)
+            if [len(r.advantages) for r in results] != [len(t) for t in batch.traj_ids]:
+                raise AssertionError(f"{est.name}: wrong number of advantage arrays")
+        else:
+            results = est(batch.groups)
     except CreditInputError as exc:
         raise CreditInputError(f"{exc} [flat batch: groups in order {batch.group_ids[:10]}]") from exc
     adv = batch.scatter([r.advantages for r in results])

@@ -11,7 +11,7 @@ A = episode_weight·A_E + step_weight·A_S  [SCPO §3.1 Eq. 3, ω = step_weight]
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -20,21 +20,13 @@ from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graph import RowTable, segment_normalize
 
-__all__ = ["GiGPO", "anchor_ids", "gigpo_step_advantages", "gigpo_step_batch"]
+__all__ = ["GiGPO", "anchor_ids", "gigpo_step_advantages", "gigpo_step_batch", "gigpo_step_rows"]
 
 
 def anchor_ids(groups: Sequence[Sequence[Trajectory]]) -> tuple[np.ndarray, int]:
     """Per row (group-major, trajectory-major) the anchor-group id of its ``state_key``
     within its group, and the number of anchor groups (ids never span groups)."""
-    ids: list[int] = []
-    total = 0
-    for group in groups:
-        index: dict[Hashable, int] = {}
-        new = index.setdefault
-        for t in group:
-            ids.extend([total + new(s.state_key, len(index)) for s in t.steps])
-        total += len(index)
-    return np.array(ids, dtype=np.intp), total
+    return RowTable(groups).anchor_ids()
 
 
 def gigpo_step_batch(groups: Sequence[Sequence[Trajectory]], gamma: float, norm: str,
@@ -54,21 +46,27 @@ def gigpo_step_batch(groups: Sequence[Sequence[Trajectory]], gamma: float, norm:
         (``anchor_groups``, ``singleton_share``, ``mean_anchor_size``).
     """
     if rows is None:
-        rows = RowTable(groups)
+        rows = RowTable(groups, ("reward", "penalty", "state_key"))
     if returns is None:
-        r = rows.returns(gamma)
-    else:
-        flat = []
-        for g, (group, rets) in enumerate(zip(groups, returns)):
-            if len(rets) != len(group):
-                raise ValueError(f"returns for group {g} has {len(rets)} arrays, the group {len(group)} trajectories")
-            for i, (traj, x) in enumerate(zip(group, rets)):
-                x = np.asarray(x, dtype=np.float64)
-                if x.shape != (len(traj.steps),):
-                    raise ValueError(f"returns[{i}] has shape {x.shape}, trajectory {i} has {len(traj.steps)} steps")
-                flat.append(x)
-        r = np.concatenate(flat) if flat else np.zeros(0)
-    seg, k = anchor_ids(groups)
+        return gigpo_step_rows(rows, gamma, norm)
+    flat = []
+    for g, (group, rets) in enumerate(zip(groups, returns)):
+        if len(rets) != len(group):
+            raise ValueError(f"returns for group {g} has {len(rets)} arrays, the group {len(group)} trajectories")
+        for i, (traj, x) in enumerate(zip(group, rets)):
+            x = np.asarray(x, dtype=np.float64)
+            if x.shape != (len(traj.steps),):
+                raise ValueError(f"returns[{i}] has shape {x.shape}, trajectory {i} has {len(traj.steps)} steps")
+            flat.append(x)
+    return gigpo_step_rows(rows, gamma, norm, np.concatenate(flat) if flat else np.zeros(0))
+
+
+def gigpo_step_rows(rows: RowTable, gamma: float, norm: str,
+                    returns: np.ndarray | None = None) -> tuple[np.ndarray, list[dict[str, float]]]:
+    """:func:`gigpo_step_batch` on a :class:`~wrappers.credit.graph.RowTable` (``returns``:
+    one value per row instead of R_t)."""
+    r = rows.returns(gamma) if returns is None else returns
+    seg, k = rows.anchor_ids()
     step = segment_normalize(r, seg, norm, k)
     G = rows.n_groups
     if seg.size:
@@ -145,7 +143,10 @@ class GiGPO(Estimator):
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
         """Credit for validated groups, in one vectorised pass over the batch."""
-        rows = RowTable(groups)
-        step, stats = gigpo_step_batch(groups, self.gamma, self.norm, rows=rows)
+        return self.compute_rows(RowTable(groups, ("reward", "penalty", "state_key")))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable` (all the estimator needs)."""
+        step, stats = gigpo_step_rows(rows, self.gamma, self.norm)
         adv = self.episode_weight * rows.episode_term(self.norm, self.episode_norm) + self.step_weight * step
         return [CreditResult(a, stats=st) for a, st in zip(rows.split_groups(adv), stats)]

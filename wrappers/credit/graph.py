@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -50,6 +51,7 @@ __all__ = [
     "SUCCESS",
     "UNREACHABLE",
     "RowTable",
+    "StepColumns",
     "Terminal",
     "TransitionGraph",
     "compress_keys",
@@ -176,6 +178,87 @@ def compress_keys(keys: np.ndarray) -> np.ndarray:
     return np.unique(keys, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
 
+class _LazySteps:
+    """Iterates the steps of trajectories in row order (built only when a column is missing)."""
+
+    def __init__(self, trajs: Sequence[Trajectory]) -> None:
+        self.trajs = trajs
+
+    def __iter__(self) -> Any:
+        return (s for t in self.trajs for s in t.steps)
+
+
+class StepColumns:
+    """Step rows as columns, group-major then trajectory-major then step order (the
+    :class:`RowTable` order): what the row-level estimators read.
+
+    Built from groups (:meth:`of_groups`; a column is read from the steps when first asked
+    for) or directly from columns (:mod:`wrappers.credit.flat` builds it from an RL
+    library's flat rows without making any :class:`~agent_envs.trajectory.Step`).
+
+    Args:
+        sizes: Trajectories per group.
+        lengths: Steps per trajectory.
+        success: Per trajectory ``Trajectory.success``.
+        steps: All steps in row order (the source of columns not given).
+        **columns: Given columns: ``reward``, ``penalty`` (float arrays), ``state_key``,
+            ``next_state_key``, ``action_key`` (lists).
+    """
+
+    NAMES = ("reward", "penalty", "state_key", "next_state_key", "action_key")
+
+    def __init__(self, sizes: Sequence[int], lengths: Sequence[int], success: Sequence[bool],
+                 steps: Sequence[Any] | None = None, **columns: Any) -> None:
+        unknown = set(columns) - set(self.NAMES)
+        if unknown:
+            raise TypeError(f"unknown step columns {sorted(unknown)}; known: {', '.join(self.NAMES)}")
+        self.sizes, self.lengths, self.success = list(sizes), list(lengths), list(success)
+        self._steps, self._cols = steps, dict(columns)
+
+    @classmethod
+    def of_groups(cls, groups: Sequence[Sequence[Trajectory]], names: Sequence[str] = ("reward", "penalty")
+                  ) -> StepColumns:
+        """The columns of a batch of groups: ``names`` are read now (trajectory by trajectory,
+        while its steps are in cache), any other column when first asked for."""
+        trajs = [t for g in groups for t in g]
+        lists: dict[str, list[Any]] = {k: [] for k in names}
+        getters = [(lists[k].extend, attrgetter(k)) for k in names]
+        for t in trajs:
+            steps = t.steps
+            for extend, get in getters:
+                extend(map(get, steps))
+        cols = {k: np.array(v, dtype=np.float64) if k in ("reward", "penalty") else v for k, v in lists.items()}
+        return cls([len(g) for g in groups], [len(t.steps) for t in trajs], [bool(t.success) for t in trajs],
+                   steps=_LazySteps(trajs), **cols)
+
+    def trajectory_keys(self) -> Iterator[tuple[list[Hashable], list[Hashable], list[Hashable]]]:
+        """Per trajectory, its ``state_key``, ``next_state_key`` and ``action_key`` lists
+        (read from the steps trajectory by trajectory when not given as columns)."""
+        if isinstance(self._steps, _LazySteps) and not {"state_key", "next_state_key", "action_key"} <= set(self._cols):
+            for t in self._steps.trajs:
+                steps = t.steps
+                yield ([s.state_key for s in steps], [s.next_state_key for s in steps],
+                       [s.action_key for s in steps])
+            return
+        state, nxt, act = (self.column(k) for k in ("state_key", "next_state_key", "action_key"))
+        offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.intp).tolist()
+        for a, b in pairwise(offsets):
+            yield state[a:b], nxt[a:b], act[a:b]
+
+    def column(self, name: str) -> Any:
+        """One column: a float64 array for ``reward``/``penalty``, else a list."""
+        col = self._cols.get(name)
+        if col is None:
+            if name not in self.NAMES:
+                raise KeyError(f"unknown step column {name!r}; known: {', '.join(self.NAMES)}")
+            if self._steps is None:
+                raise KeyError(f"step column {name!r} was not given")
+            values = list(map(attrgetter(name), self._steps))  # (a _LazySteps iterates the steps)
+            col = np.array(values, dtype=np.float64) if name in ("reward", "penalty") else values
+            self._cols[name] = col
+        return col
+
+
 class RowTable:
     """A batch of groups as flat step rows (group-major, then trajectory-major).
 
@@ -187,26 +270,46 @@ class RowTable:
         traj, group: Trajectory / group of every row.
         reward, penalty: Per-row task reward and row-local penalty.
         success: Per-trajectory success flags.
+        columns: The :class:`StepColumns` the table was built from.
     """
 
-    def __init__(self, groups: Sequence[Sequence[Trajectory]]) -> None:
-        self._init_rows(groups)
+    def __init__(self, groups: Sequence[Sequence[Trajectory]], names: Sequence[str] = ("reward", "penalty")) -> None:
+        self._init_rows(StepColumns.of_groups(groups, names))
 
-    def _init_rows(self, groups: Sequence[Sequence[Trajectory]], values: bool = True) -> None:
-        sizes = [len(g) for g in groups]
-        self.n_groups = len(groups)
+    @classmethod
+    def from_columns(cls, columns: StepColumns) -> RowTable:
+        """The table of :class:`StepColumns` (no groups or steps needed)."""
+        self = cls.__new__(cls)
+        self._init_rows(columns)
+        return self
+
+    def _init_rows(self, cols: StepColumns) -> None:
+        sizes, lengths = cols.sizes, cols.lengths
+        self.columns = cols
+        self.n_groups = len(sizes)
         self.group_traj = np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp)
         self.traj_group = np.repeat(np.arange(self.n_groups, dtype=np.intp), sizes)
-        trajs = [t for g in groups for t in g]
-        lengths = [len(t.steps) for t in trajs]
-        self.n_traj = len(trajs)
+        self.n_traj = len(lengths)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
         self.traj = np.repeat(np.arange(self.n_traj, dtype=np.intp), lengths)
         self.group = self.traj_group[self.traj]
-        self.success = np.array([bool(t.success) for t in trajs], dtype=bool)
-        if values:  # (TransitionGraph reads them in its single pass over the steps)
-            self.reward = np.array([s.reward for t in trajs for s in t.steps], dtype=np.float64)
-            self.penalty = np.array([s.penalty for t in trajs for s in t.steps], dtype=np.float64)
+        self.success = np.array(cols.success, dtype=bool)
+        self.reward = cols.column("reward")
+        self.penalty = cols.column("penalty")
+
+    def anchor_ids(self) -> tuple[np.ndarray, int]:
+        """Per row the anchor-group id of its ``state_key`` within its group (ids in order of
+        first appearance, never spanning groups), and the number of anchor groups."""
+        keys = self.columns.column("state_key")
+        bounds = self.offsets[self.group_traj].tolist()
+        ids: list[int] = []
+        total = 0
+        for a, b in pairwise(bounds):
+            index: dict[Hashable, int] = {}
+            new = index.setdefault
+            ids.extend([total + new(k, len(index)) for k in keys[a:b]])
+            total += len(index)
+        return np.array(ids, dtype=np.intp), total
 
     @property
     def n_rows(self) -> int:
@@ -282,8 +385,18 @@ class TransitionGraph(RowTable):
         self._build(groups)
         return self
 
-    def _build(self, groups: Sequence[Sequence[Trajectory]]) -> None:
-        self._init_rows(groups, values=False)
+    @classmethod
+    def from_columns(cls, columns: StepColumns) -> TransitionGraph:
+        """The batch graph of :class:`StepColumns` (no groups or steps needed)."""
+        self = cls.__new__(cls)
+        self._build(columns)
+        return self
+
+    def _build(self, groups: Sequence[Sequence[Trajectory]] | StepColumns) -> None:
+        cols = groups if isinstance(groups, StepColumns) else StepColumns.of_groups(groups)
+        self._init_rows(cols)
+        per_traj = cols.trajectory_keys()
+        group_traj, success = self.group_traj.tolist(), cols.success
         keys: list[Hashable] = []
         local: list[dict[Hashable, int]] = []
         node_offsets: list[int] = []
@@ -293,25 +406,22 @@ class TransitionGraph(RowTable):
         src: list[int] = []  # group-local node ids; offset per group below
         dst: list[int] = []
         act: list[int] = []
-        reward: list[float] = []
-        penalty: list[float] = []
-        for group in groups:
+        for g0, g1 in pairwise(group_traj):
             index: dict[Hashable, int] = {}
             node = index.setdefault  # node(key, len(index)) -> local id, in order of appearance
-            for i, traj in enumerate(group):
-                steps = traj.steps
-                n = len(steps)
+            for i, k in enumerate(range(g0, g1)):
+                state, nxt_keys, act_keys = next(per_traj)
+                n = len(state)
                 if n == 0:
                     continue
-                s_ids = [node(s.state_key, len(index)) for s in steps]
-                nxt_keys = [s.next_state_key for s in steps]
+                s_ids = [node(x, len(index)) for x in state]
                 d_ids = s_ids[1:]
                 d_ids.append(-1)
                 if nxt_keys.count(None) - (nxt_keys[-1] is None) < n - 1:  # an explicit next state before the end
                     for t in range(n - 1):
                         if nxt_keys[t] is not None:
                             d_ids[t] = node(nxt_keys[t], len(index))
-                if traj.success:
+                if success[k]:
                     last: Hashable = SUCCESS
                 elif nxt_keys[-1] is not None:
                     last = nxt_keys[-1]
@@ -320,9 +430,7 @@ class TransitionGraph(RowTable):
                 d_ids[-1] = node(last, len(index))
                 src.extend(s_ids)
                 dst.extend(d_ids)
-                act.extend([act_id(s.action_key, len(actions)) for s in steps])
-                reward.extend([s.reward for s in steps])
-                penalty.extend([s.penalty for s in steps])
+                act.extend([act_id(x, len(actions)) for x in act_keys])
             node_offsets.append(len(keys))
             local.append(index)
             keys.extend(index)
@@ -333,8 +441,6 @@ class TransitionGraph(RowTable):
         counts = [len(ix) for ix in local]
         self.node_group = np.repeat(np.arange(self.n_groups, dtype=np.intp), counts)
         row_off = np.array(node_offsets, dtype=np.intp)[self.group] if self.n_groups else np.zeros(0, np.intp)
-        self.reward = np.array(reward, dtype=np.float64)
-        self.penalty = np.array(penalty, dtype=np.float64)
         self.keys = keys
         self.success_nodes = np.array(success_nodes, dtype=np.intp)
         self.actions = list(actions)

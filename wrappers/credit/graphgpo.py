@@ -33,9 +33,15 @@ import numpy as np
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
-from wrappers.credit.graph import UNREACHABLE, TransitionGraph, graph_stats_batch, segment_normalize
+from wrappers.credit.graph import (
+    UNREACHABLE,
+    RowTable,
+    TransitionGraph,
+    graph_stats_batch,
+    segment_normalize,
+)
 
-__all__ = ["GraphCredit", "GraphGPO", "graphgpo_batch", "graphgpo_credit"]
+__all__ = ["GraphCredit", "GraphGPO", "graphgpo_batch", "graphgpo_credit", "graphgpo_graph"]
 
 
 @dataclass
@@ -91,8 +97,19 @@ def graphgpo_batch(
     Returns:
         One :class:`GraphCredit` per group, in order.
     """
-    check_choice("norm", norm, NORMS)
     g = TransitionGraph.from_groups(groups) if graph is None else graph
+    return graphgpo_graph(g, gamma=gamma, success_reward=success_reward, unreachable=unreachable, norm=norm,
+                          step_weight=step_weight, episode_weight=episode_weight, episode_norm=episode_norm,
+                          penalty_in_graph_return=penalty_in_graph_return)
+
+
+def graphgpo_graph(g: TransitionGraph, *, gamma: float = 0.1, success_reward: float = 10.0,
+                   unreachable: str = "max_plus_one", norm: str = "mean_std", step_weight: float = 1.0,
+                   episode_weight: float = 1.0, episode_norm: str = "rows",
+                   penalty_in_graph_return: bool = False) -> list[GraphCredit]:
+    """:func:`graphgpo_batch` on a batch :class:`~wrappers.credit.graph.TransitionGraph`
+    (built from groups or from :class:`~wrappers.credit.graph.StepColumns`)."""
+    check_choice("norm", norm, NORMS)
     r = g.graph_returns(gamma, success_reward, unreachable)
     if penalty_in_graph_return:
         r = r + g.penalty
@@ -165,7 +182,12 @@ class GraphGPO(Estimator):
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
         """Credit for validated groups, in one vectorised pass over the batch."""
-        credits = graphgpo_batch(groups, gamma=self.gamma, success_reward=self.success_reward,
+        return self.compute_rows(TransitionGraph.from_groups(groups))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable` (its graph is built from its columns)."""
+        g = rows if isinstance(rows, TransitionGraph) else TransitionGraph.from_columns(rows.columns)
+        credits = graphgpo_graph(g, gamma=self.gamma, success_reward=self.success_reward,
                                  unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
                                  episode_weight=self.episode_weight, episode_norm=self.episode_norm,
                                  penalty_in_graph_return=self.penalty_in_graph_return)

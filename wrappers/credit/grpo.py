@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import NORMS, check_choice, task_norm
+from wrappers.credit.common import NORMS, check_choice, normalize, task_norm
+from wrappers.credit.graph import RowTable
 
 
 @register_estimator("grpo")
@@ -37,6 +40,25 @@ class GRPO(Estimator):
         self.episode_weight = float(episode_weight)
         task_norm([], norm, episode_norm)  # validate early
 
-    def compute_group(self, group: Sequence[Trajectory]) -> CreditResult:
-        adv = task_norm(group, self.norm, self.episode_norm)
-        return CreditResult([self.episode_weight * a for a in adv], stats={"groups": 1})
+    def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """Credit for validated groups."""
+        return self.compute_rows(RowTable(groups))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable`: Norm of Z over each group's
+        rows (or of O over its trajectories), as :func:`task_norm` computes it."""
+        o = rows.outcomes()
+        z = o[rows.traj] + rows.penalty
+        t_bounds = rows.group_traj.tolist()
+        r_bounds = rows.offsets[rows.group_traj].tolist()
+        out = []
+        for g in range(rows.n_groups):
+            (t0, t1), (r0, r1) = t_bounds[g:g + 2], r_bounds[g:g + 2]
+            if self.episode_norm == "trajectories":
+                adv = normalize(o[t0:t1], self.norm, singleton="identity")
+                per_row = np.repeat(adv, np.diff(rows.offsets[t0:t1 + 1]))
+            else:
+                per_row = normalize(z[r0:r1], self.norm, singleton="identity") if r1 > r0 else np.zeros(0)
+            cuts = (rows.offsets[t0 + 1:t1] - r0).tolist()
+            out.append(CreditResult([self.episode_weight * a for a in np.split(per_row, cuts)], stats={"groups": 1}))
+        return out

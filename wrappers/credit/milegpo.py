@@ -55,6 +55,7 @@ from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graph import (
     UNREACHABLE,
+    RowTable,
     TransitionGraph,
     compress_keys,
     graph_stats_batch,
@@ -413,8 +414,12 @@ class MileGPO(Estimator):
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
         """Credit for validated groups, in one vectorised pass over the batch."""
+        return self.compute_rows(TransitionGraph.from_groups(groups))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable` (its graph is built from its columns)."""
         p = {k: getattr(self, k) for k in _PARAMS}
-        g = TransitionGraph.from_groups(groups)
+        g = rows if isinstance(rows, TransitionGraph) else TransitionGraph.from_columns(rows.columns)
         out = _compute(g, p, self.unreachable, self.episode_norm, self.trap_min_score, self.trap_min_failed,
                        self.rcs, self.pcc)
         adv, shaped = g.split_groups(out["adv"]), g.split_groups(out["r_m"])

@@ -7,12 +7,13 @@ has no baseline and gets 0.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 import numpy as np
 
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import outcomes, row_scores
+from wrappers.credit.graph import RowTable
 
 
 @register_estimator("rloo")
@@ -32,12 +33,25 @@ class RLOO(Estimator):
     def __init__(self, *, episode_weight: float = 1.0) -> None:
         self.episode_weight = float(episode_weight)
 
-    def compute_group(self, group: Sequence[Trajectory]) -> CreditResult:
-        n = len(group)
-        if n == 1:
-            return CreditResult([np.zeros(len(group[0].steps))], stats={"groups": 1})
-        o = outcomes(group)
-        total = o.sum()
-        z = row_scores(group)
-        adv = [self.episode_weight * (z[i] - (total - o[i]) / (n - 1)) for i in range(n)]
-        return CreditResult(adv, stats={"groups": 1})
+    def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
+        """Credit for validated groups."""
+        return self.compute_rows(RowTable(groups))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable`."""
+        o = rows.outcomes()
+        z = o[rows.traj] + rows.penalty
+        bounds = rows.group_traj.tolist()
+        offsets = rows.offsets.tolist()
+        out = []
+        for t0, t1 in pairwise(bounds):
+            n = t1 - t0
+            if n == 1:
+                out.append(CreditResult([np.zeros(offsets[t1] - offsets[t0])], stats={"groups": 1}))
+                continue
+            og = o[t0:t1]
+            total = og.sum()
+            adv = [self.episode_weight * (z[offsets[t0 + i]:offsets[t0 + i + 1]] - (total - og[i]) / (n - 1))
+                   for i in range(n)]
+            out.append(CreditResult(adv, stats={"groups": 1}))
+        return out
