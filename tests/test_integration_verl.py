@@ -1,0 +1,98 @@
+"""verl integration, tested with verl's own code in verl's own venv.
+
+verl 0.9 caps transformers below 5.11 (this suite's environment has a newer one), so the cases
+live in ``tests/integrations/verl_cases.py`` and run in a venv of their own: point
+``RUBRICGYM_VERL_PYTHON`` at that venv's python (``.ci/run`` creates it and exports the
+variable).  Without it the verl cases skip with the command that creates the venv (in CI a
+skip is a failure).  Each case of the venv run is reported here as a test of its own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CASES = "tests/integrations/verl_cases.py"
+VENV_COMMAND = (
+    'python -m venv ~/.venvs/rubricgym-verl && ~/.venvs/rubricgym-verl/bin/pip install torch==2.13.0 && '
+    '~/.venvs/rubricgym-verl/bin/pip install -e ".[verl,alfworld,webshop]" pytest pytest-timeout && '
+    'export RUBRICGYM_VERL_PYTHON=~/.venvs/rubricgym-verl/bin/python'
+)
+EXPECTED = [
+    "test_bare_import_verl_registers_everything",
+    "test_plugins_disabled_registers_nothing",
+    "test_register_estimators_is_idempotent_and_refuses_foreign_names",
+    "test_compute_advantage_rubricgym_rloo_equals_verl_rloo",
+    "test_compute_advantage_passes_algorithm_rubricgym_params",
+    *[f"test_sync_trainer_advantage_stage_equals_flat_advantages[{e}-{p}]"
+      for e, p in (("gigpo", "params0"), ("graphgpo", "None"), ("mcgpo", "None"), ("rloo", "None"),
+                   ("milegpo", "None"))],
+    "test_step_credit_by_hand_and_row_errors",
+    "test_sync_trainer_refuses_kl_in_reward",
+    "test_agent_loop_plays_webshop",
+    "test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage",
+    "test_write_dataset_rows_feed_the_agent_loop",
+]
+
+
+@pytest.fixture(scope="module")
+def verl_run(tmp_path_factory) -> dict[str, tuple[str, str]]:
+    """Run the cases once in verl's venv: ``{case name: (outcome, message)}``."""
+    python = os.environ.get("RUBRICGYM_VERL_PYTHON")
+    if not python:
+        pytest.skip(f"verl's venv is not set up (RUBRICGYM_VERL_PYTHON is unset); create it with: {VENV_COMMAND}")
+    if not Path(python).is_file():
+        pytest.fail(f"RUBRICGYM_VERL_PYTHON={python} does not exist; create the venv with: {VENV_COMMAND}")
+    xml = tmp_path_factory.mktemp("verl") / "cases.xml"
+    done = subprocess.run(
+        [python, "-m", "pytest", CASES, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+         "-W", "ignore::UserWarning"],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
+    if not xml.is_file():
+        pytest.fail(f"verl's venv did not run the cases (exit {done.returncode}):\n{done.stdout[-4000:]}\n"
+                    f"{done.stderr[-4000:]}")
+    results = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                outcome, message = tag, (node.get("message") or "") + "\n" + (node.text or "")
+        results[case.get("name")] = (outcome, message)
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", EXPECTED)
+def test_verl_case(verl_run, case):
+    assert case in verl_run, f"{case} did not run in verl's venv; ran: {sorted(verl_run)}"
+    outcome, message = verl_run[case]
+    assert outcome == "passed", f"{case}: {outcome} in verl's venv\n{message[-4000:]}"
+
+
+@pytest.mark.slow
+def test_verl_cases_all_listed(verl_run):
+    """A case added to verl_cases.py is listed here too (so each is reported)."""
+    assert sorted(verl_run) == sorted(EXPECTED)
+
+
+def test_wrappers_never_import_verl():
+    code = ("import sys, wrappers, wrappers.credit, wrappers.integrations; "
+            "print(any(m == 'verl' or m.startswith(('verl.', 'wrappers.integrations.verl')) for m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_without_verl_the_module_says_how_to_install_it():
+    if importlib.util.find_spec("verl") is not None:  # an environment with verl: the module imports
+        import wrappers.integrations.verl
+        return
+    with pytest.raises(ModuleNotFoundError, match=r"pip install -e '\.\[verl\]'"):
+        import wrappers.integrations.verl  # noqa: F401
