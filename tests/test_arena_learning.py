@@ -119,9 +119,10 @@ def test_grpo_learns_on_webshop_from_the_uniform_policy_and_the_control_does_not
         recs = _records(tmp_path / str(rl) / "runs" / "grpo__seed0" / "metrics.jsonl")
         train = [r["success"] for r in recs if r["kind"] == "train"]
         evals = [r["success"] for r in recs if r["kind"] == "eval"]
-        out[rl] = (np.mean(train[:5]), np.mean(train[-5:]), evals)
-    (first, last, evals), (c_first, c_last, c_evals) = out[True], out[False]
-    assert first == c_first and evals[0] == c_evals[0]  # the same start: same draws, same policy
+        out[rl] = (train, np.mean(train[-5:]), evals)
+    (train, last, evals), (c_train, c_last, c_evals) = out[True], out[False]
+    assert train[0] == c_train[0] and evals[0] == c_evals[0]  # the same start: same draws, same policy
+    c_first = np.mean(c_train[:5])
     assert last >= c_last + 0.06 and last >= 3 * c_last  # training success rises only with the update
     assert c_last <= c_first + 0.03  # the control does not drift upwards
     assert evals[-1] >= c_evals[-1] + 2 / 16  # and validation follows (two more goals of 16)
