@@ -491,3 +491,20 @@ def test_worker_count_does_not_change_the_files(tmp_path: Path) -> None:
         p.relative_to(tmp_path / "one") for p in one
     ]
     assert [p.read_bytes() for p in one] == [p.read_bytes() for p in two]
+
+
+def test_a_finished_read_only_cache_is_used(small_cache: list[Path], tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "ro"
+    shutil.copytree(small_cache[0].parents[2], root)
+    (root / ".lock").unlink(missing_ok=True)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    try:
+        paths = ensure_generated(n=6, seed=11, cache_dir=root)
+        assert [p.relative_to(root) for p in paths] == [p.relative_to(small_cache[0].parents[2]) for p in small_cache]
+        assert not (root / ".lock").exists()
+    finally:
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)

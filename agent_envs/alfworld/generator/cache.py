@@ -149,7 +149,12 @@ def _locked(lock_path: Path, slot: int) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: writes are still atomic
         yield
         return
-    with open(lock_path, "a+b") as fh:
+    try:
+        fh = open(lock_path, "a+b")  # noqa: SIM115 - closed below
+    except OSError:  # a read-only cache: nothing will be written into it either
+        yield
+        return
+    with fh:
         fcntl.lockf(fh, fcntl.LOCK_EX, 1, slot)
         try:
             yield
@@ -304,6 +309,10 @@ class GameSet:
 
     def _ensure(self, task_types: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """Manifest entries of ``task_types``' games, generating what is missing."""
+        manifest = _read_json(self.cache / MANIFEST_NAME)
+        if _complete(self.cache, manifest, self.expect) is not None:  # no lock needed to read
+            done = {e["index"]: e for e in manifest["games"]}
+            return {t: [done[i] for i in self.indices(t)] for t in task_types}
         self._check_ours()
         self.cache.mkdir(parents=True, exist_ok=True)
         with _locked(self._lock_path, 0):
