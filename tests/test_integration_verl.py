@@ -39,6 +39,7 @@ EXPECTED = [
     "test_agent_loop_plays_webshop",
     "test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage",
     "test_write_dataset_rows_feed_the_agent_loop",
+    "test_doc_launch_command_composes_against_verls_config",
 ]
 
 

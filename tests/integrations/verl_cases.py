@@ -464,3 +464,44 @@ def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
     assert row["extra_info"]["index"] == 2
     with pytest.raises(ValueError, match="unknown agent-loop settings"):
         write_dataset(str(path), "ALFWorld-Rubric-v0", [0], max_step=5)
+
+
+def _doc_overrides() -> list[str]:
+    """The ``key=value`` overrides of the GiGPO launch command in docs/integrations.md."""
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL) if "verl.trainer.main_ppo" in b]
+    assert len(blocks) == 1, "docs/integrations.md has one verl launch command"
+    words = shlex.split(blocks[0].replace("\\\n", " "))
+    return words[words.index("verl.trainer.main_ppo") + 1:]
+
+
+def test_doc_launch_command_composes_against_verls_config():
+    """The GPU command of docs/integrations.md cannot run here; its overrides must at least
+    compose against verl 0.9.1's own ppo_trainer config (a misspelt key fails) and select ours."""
+    from pathlib import Path
+
+    import verl.trainer
+    from hydra import compose, initialize_config_dir
+
+    from wrappers.integrations.verl import _check_supported, _params, estimator_name
+
+    overrides = _doc_overrides()
+    config_dir = str(Path(verl.trainer.__file__).parent / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=overrides)
+        mcgpo = compose(config_name="ppo_trainer", overrides=[
+            o for o in overrides if not o.startswith(("algorithm.adv_estimator=", "+algorithm.rubricgym.gamma="))
+        ] + ["algorithm.adv_estimator=rubricgym_mcgpo"])
+    assert cfg.trainer.use_v1 and cfg.trainer.v1.trainer_mode == "rubricgym_sync"
+    assert estimator_name(cfg.algorithm.adv_estimator) == "gigpo" and _params(cfg.algorithm) == {"gamma": 0.95}
+    assert estimator_name(mcgpo.algorithm.adv_estimator) == "mcgpo" and _params(mcgpo.algorithm) == {}
+    _check_supported(cfg.algorithm)
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "rubricgym_env"
+    assert cfg.actor_rollout_ref.model.path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.data.train_batch_size == 16
+    with (pytest.raises(Exception, match="misspelt_key"),
+          initialize_config_dir(config_dir=config_dir, version_base=None)):
+        compose(config_name="ppo_trainer", overrides=[*overrides, "algorithm.misspelt_key=1"])
