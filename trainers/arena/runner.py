@@ -54,6 +54,7 @@ from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
 
 __all__ = [
+    "DEFAULT_SEEDS",
     "ENV_PRESETS",
     "ArenaConfig",
     "DecisionRecord",
@@ -125,7 +126,7 @@ ENV_PRESETS: dict[str, EnvPreset] = {
 
 _ALFWORLD_SETTING: dict[str, Any] = {
     "max_steps": 30, "warm_start": 36, "train_tasks": 36, "val_tasks": 24, "updates": 12,
-    "tasks_per_update": 4, "group_size": 6, "eval_every": 3,
+    "tasks_per_update": 4, "group_size": 6, "eval_every": 4,
 }
 
 #: Per-environment defaults of :meth:`ArenaConfig.for_env` (measured; see docs/arena.md).
@@ -135,9 +136,15 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "alfworld-generated": _ALFWORLD_SETTING,
     "alfworld": _ALFWORLD_SETTING,  # (real splits: same sizes, not yet measured there)
     "alfworld-unseen": _ALFWORLD_SETTING,
-    "webshop": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "lr": 0.05},
-    "webshop-generated": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "lr": 0.05},
+    "webshop": {"updates": 60, "train_tasks": 64, "val_tasks": 32},
+    "webshop-generated": {"updates": 60, "train_tasks": 64, "val_tasks": 32},
 }
+
+
+#: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
+#: minimum detectable difference is as documented in docs/arena.md).
+DEFAULT_SEEDS: dict[str, int] = {"webshop": 20, "webshop-generated": 20, "alfworld-generated": 3,
+                                 "alfworld": 3, "alfworld-unseen": 3}
 
 
 @dataclass
@@ -196,7 +203,7 @@ class ArenaConfig:
     eval_every: int = 5
     epochs: int = 4
     minibatch: int = 32
-    lr: float = 1.0
+    lr: float = 10.0  # with target_kl: the WebShop sweep of docs/arena.md (lr 3/10/30, KL 0.02/0.05/0.15)
     target_kl: float = 0.05
     adv_norm: str = "running_rms"
     adv_scale: float = 1.0
