@@ -71,6 +71,7 @@ def verl_run(tmp_path_factory) -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the first case's setup runs the whole venv session (~3 min on 2 idle cores)
 @pytest.mark.parametrize("case", EXPECTED)
 def test_verl_case(verl_run, case):
     assert case in verl_run, f"{case} did not run in verl's venv; ran: {sorted(verl_run)}"

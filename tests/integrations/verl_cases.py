@@ -464,6 +464,10 @@ def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
     assert row["extra_info"]["index"] == 2
     with pytest.raises(ValueError, match="unknown agent-loop settings"):
         write_dataset(str(path), "ALFWorld-Rubric-v0", [0], max_step=5)
+    with pytest.raises(ValueError, match="max_steps must be a positive int"):
+        _episode_spec({"extra_info": {"rubricgym": '{"max_steps": 0}'}}, {**RubricgymEnvLoop.DEFAULTS, "env_id": "x"})
+    with pytest.raises(ValueError, match="needs an env_id"):
+        _episode_spec({}, RubricgymEnvLoop.DEFAULTS)
 
 
 def _doc_overrides() -> list[str]:

@@ -327,6 +327,9 @@ def _episode_spec(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
     spec.update(raw or {})
     if not spec.get("env_id"):
         raise ValueError(f"the {AGENT_LOOP!r} agent loop needs an env_id (agent-loop config or extra_info[{ROW_FIELD!r}])")
+    cap = spec["max_steps"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {cap!r}")
     return spec
 
 
