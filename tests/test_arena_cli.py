@@ -1,0 +1,34 @@
+"""``rubricgym arena`` end to end: the table with its MDE column, and the rescaling control."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from trainers.cli import app
+
+
+@pytest.mark.slow
+def test_arena_cli_prints_the_mde_and_rescaled_advantages_train_identically(tmp_path: Path) -> None:
+    out = tmp_path / "arena"
+    args = ["arena", "--env", "webshop", "--estimators", "rloo", "--variants", "rloo:x0.25,rloo:x4",
+            "--seeds", "2", "--updates", "4", "-P", "2", "-G", "4", "--train-tasks", "6", "--val-tasks", "6",
+            "--eval-every", "2", "-j", "1", "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "MDE (L5)" in result.output  # every comparison prints its minimum detectable difference
+    summary = json.loads((out / "results.json").read_text())
+    per_seed = {m: summary["methods"][m]["L5"]["per_seed"] for m in ("rloo", "rloo:x0.25", "rloo:x4")}
+    assert per_seed["rloo:x0.25"] == per_seed["rloo"] == per_seed["rloo:x4"]
+    paired = summary["paired"]["rloo:x4"]["L5"]
+    assert paired["mean"] == 0.0 and paired["sd"] == 0.0 and paired["mde"] == 0.0
+    # the advantages did differ by the factor: the metric files record their raw RMS
+    rms = {}
+    for m in ("rloo", "rloo:x4"):
+        recs = [json.loads(line) for line in (out / "runs" / f"{m}__seed0" / "metrics.jsonl").open()]
+        rms[m] = [r["loss"]["adv_rms"] for r in recs if r["kind"] == "train"]
+    assert any(x > 0 for x in rms["rloo"])
+    assert rms["rloo:x4"] == pytest.approx([4 * x for x in rms["rloo"]], rel=1e-12)
