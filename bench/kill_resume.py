@@ -8,8 +8,9 @@ catalogue for ``--updates`` updates with a checkpoint after every update, as
 2. for each kill point, a fresh run killed with SIGKILL there, then ``--resume`` on its folder:
    * ``ckpt:U`` - while the checkpoint of update U is being written (the moment its
      ``checkpoints/.tmp-update_00000U`` folder appears);
-   * ``time:F`` - at fraction F of the reference run's wall time (anywhere: rollouts,
-     the optimizer step, evaluation, metrics appends).
+   * ``time:F`` - after the run's first checkpoint, at fraction F of the time the reference
+     run took from its first checkpoint to its end (anywhere in updates 2..N: rollouts, the
+     optimizer step, evaluation, metrics appends, checkpoints).
 
 Per kill it prints where the kill landed (newest complete checkpoint, a half-written one left
 behind), and whether the resumed run matches the reference: the final weights digest
@@ -19,7 +20,7 @@ mismatch.
 
 Usage::
 
-    python bench/kill_resume.py                          # ckpt:1 ckpt:2 ckpt:3 time:0.3 time:0.5 time:0.7
+    python bench/kill_resume.py                          # ckpt:1 ckpt:2 ckpt:3 time:0.2 time:0.5 time:0.8
     python bench/kill_resume.py --kills ckpt:2 --updates 3
 """
 
@@ -64,22 +65,42 @@ def run_to_end(cmd: list[str], log: Path, timeout: float = 900) -> None:
         raise SystemExit(f"{' '.join(cmd[:4])} ... failed (exit {rc}); log: {log}")
 
 
-def kill_at(cmd: list[str], run: Path, point: str, wall: float, log: Path) -> str:
-    """Start ``cmd`` and SIGKILL it at ``point``; returns what was seen when it died."""
+def reference_run(cmd: list[str], run: Path, log: Path) -> tuple[float, float]:
+    """Run ``cmd`` to the end; returns (seconds to its first complete checkpoint, total seconds)."""
+    first = run / "checkpoints" / "update_000001"
+    t0 = time.monotonic()
+    with open(log, "a") as fh:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+    t_first = None
+    while proc.poll() is None:
+        if t_first is None and first.is_dir():
+            t_first = time.monotonic() - t0
+        time.sleep(0.01)
+    if proc.returncode != 0:
+        raise SystemExit(f"the reference run failed (exit {proc.returncode}); log: {log}")
+    total = time.monotonic() - t0
+    return (t_first if t_first is not None else total), total
+
+
+def kill_at(cmd: list[str], run: Path, point: str, span: float, log: Path) -> str:
+    """Start ``cmd`` and SIGKILL it at ``point`` (``span``: the reference's seconds from its
+    first checkpoint to its end); returns where the kill landed."""
     kind, _, arg = point.partition(":")
     with open(log, "a") as fh:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
-    tmp = run / "checkpoints" / f".tmp-update_{int(arg):06d}" if kind == "ckpt" else None
-    deadline = time.monotonic() + (float(arg) * wall if kind == "time" else 900)
-    while proc.poll() is None and time.monotonic() < deadline:
-        if tmp is not None and tmp.exists():
-            break
-        time.sleep(0 if tmp is not None else 0.01)  # a tight poll: the write takes milliseconds
+    wait_for = run / "checkpoints" / (f".tmp-update_{int(arg):06d}" if kind == "ckpt" else "update_000001")
+    deadline = time.monotonic() + 900
+    while proc.poll() is None and time.monotonic() < deadline and not wait_for.exists():
+        time.sleep(0 if kind == "ckpt" else 0.01)  # a tight poll: a checkpoint write takes milliseconds
+    if kind == "time":
+        time.sleep(float(arg) * span)
     if proc.poll() is not None:
         raise SystemExit(f"{point}: the run ended before the kill point (log: {log})")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    return "mid-checkpoint" if tmp is not None and tmp.exists() else kind
+    if kind == "ckpt":
+        return "mid-checkpoint" if wait_for.exists() else "after checkpoint"
+    return f"t+{float(arg) * span:.1f} s"
 
 
 def state_after_kill(run: Path) -> tuple[int, bool]:
@@ -112,7 +133,7 @@ def compare(ref: Path, run: Path, updates: int, first: int) -> dict[str, bool]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kills", default="ckpt:1,ckpt:2,ckpt:3,time:0.3,time:0.5,time:0.7",
+    ap.add_argument("--kills", default="ckpt:1,ckpt:2,ckpt:3,time:0.2,time:0.5,time:0.8",
                     help="comma-separated kill points ckpt:U / time:F (default: 3 checkpoints, 3 times)")
     ap.add_argument("--updates", type=int, default=3)
     ap.add_argument("--out", default=None, help="work folder (default: a temporary one)")
@@ -127,18 +148,17 @@ def main() -> None:
     out = Path(args.out or tempfile.mkdtemp(prefix="kill-resume-"))
     out.mkdir(parents=True, exist_ok=True)
     log = out / "runs.log"
-    t0 = time.perf_counter()
-    run_to_end(train_cmd(out, "reference", args.updates), log)
-    wall = time.perf_counter() - t0
     ref = out / "reference"
-    print(f"reference: {args.updates} updates in {wall:.1f} s ({out})")
+    t_first, wall = reference_run(train_cmd(out, ref.name, args.updates), ref, log)
+    span = wall - t_first
+    print(f"reference: {args.updates} updates in {wall:.1f} s, first checkpoint at {t_first:.1f} s ({out})")
     head = f"{'kill at':<10} {'landed':<15} {'ckpt':>4} {'half-written':>12} {'digest':>6} {'rollouts':>8} {'next update':>11}"
     print(head)
     print("-" * len(head))
     bad = 0
     for i, point in enumerate(points):
         run = out / f"killed-{i}"
-        landed = kill_at(train_cmd(out, run.name, args.updates), run, point, wall, log)
+        landed = kill_at(train_cmd(out, run.name, args.updates), run, point, span, log)
         ckpt, half = state_after_kill(run)
         # --resume (fresh start when no checkpoint is complete); before config.yaml exists: rerun
         run_to_end(resume_cmd(run) if (run / "config.yaml").is_file() else train_cmd(out, run.name, args.updates), log)
