@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = os.environ.get("RUBRICGYM_DOCKER_IMAGE", "localhost/rubricgym-webshop:ci")
-HOW = ("apt-get install -y buildah debootstrap && bash docker/webshop/build_local.sh "
-       "(as root; ~7 min once for the base, ~4 min for the image)")
+HOW = ("apt-get install -y buildah debootstrap iproute2 && bash docker/webshop/build_local.sh "
+       "(as root; the base 2-7 min once, the image 1-4 min)")
 TOOLS = ("buildah", "chroot", "unshare", "nsenter", "ip")
 START_TIMEOUT_S = 300  # spaCy and the 1000-product catalogue load on 2 busy cores
 
