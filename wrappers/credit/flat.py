@@ -61,7 +61,7 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise, repeat
-from operator import itemgetter
+from operator import itemgetter, ne
 from typing import Any
 
 import numpy as np
@@ -179,8 +179,17 @@ def _py_values(col: Sequence[Any]) -> list[Any]:
     return values
 
 
+def _raw(col: Sequence[Any]) -> list[Any]:
+    """The column as a list, numpy scalars left as they are (they hash and compare like the
+    Python values they stand for; convert what is kept with :func:`_item`)."""
+    if isinstance(col, np.ndarray):
+        return col.tolist() if col.dtype != object else list(col)
+    return col if isinstance(col, list) else list(col)
+
+
 def _codes(values: list[Any], name: str) -> tuple[np.ndarray, list[Hashable]]:
-    """Codes in order of first appearance; an unhashable value names its row."""
+    """Codes in order of first appearance (the distinct values as Python values); an
+    unhashable value names its row."""
     try:
         uniq = list(dict.fromkeys(values))
     except TypeError:
@@ -191,7 +200,7 @@ def _codes(values: list[Any], name: str) -> tuple[np.ndarray, list[Hashable]]:
                 raise CreditInputError(f"row {r}: {name} is not hashable ({type(v).__name__}): {v!r}") from None
         raise
     index = dict(zip(uniq, range(len(uniq))))
-    return np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values)), uniq
+    return np.fromiter(map(index.__getitem__, values), dtype=np.intp, count=len(values)), [_item(u) for u in uniq]
 
 
 #: Trajectory-level columns (constant within a trajectory), in the order they are checked.
@@ -210,6 +219,7 @@ class _Layout:
     offsets: np.ndarray  # table-row offsets of each trajectory, len n_traj + 1
     group_traj: list[int]  # trajectory offsets of each group, len n_groups + 1
     traj_codes: list[int]  # trajectory code of each trajectory (table order)
+    row_traj: np.ndarray  # trajectory code of each input row
     traj: dict[str, list[Any]] = field(default_factory=dict)  # success, score, slot, task_id, truncated
     consistent: bool = True  # task ids constant per group and slots unique: validate_groups would pass
 
@@ -278,8 +288,8 @@ def _layout(n: int, group_id: Sequence[Hashable], traj_id: Sequence[Hashable],
             step_index: Sequence[int] | None) -> _Layout:
     """Codes, the trajectory-of-group check and the step order (rows of one trajectory by
     step index, else by appearance); trajectories in order of first appearance for now."""
-    g_codes, g_ids = _codes(_py_values(group_id), "group_id")
-    t_codes, t_ids = _codes(_py_values(traj_id), "traj_id")
+    g_codes, g_ids = _codes(_raw(group_id), "group_id")
+    t_codes, t_ids = _codes(_raw(traj_id), "traj_id")
     n_traj = len(t_ids)
     first_row = np.unique(t_codes, return_index=True)[1]
     traj_group = g_codes[first_row]
@@ -312,7 +322,7 @@ def _layout(n: int, group_id: Sequence[Hashable], traj_id: Sequence[Hashable],
     by_group = np.argsort(traj_group, kind="stable")
     sizes = np.bincount(traj_group, minlength=len(g_ids))
     return _Layout(n, g_ids, t_ids, order, starts, np.concatenate([[0], np.cumsum(sizes)]).astype(np.intp).tolist(),
-                   by_group.tolist())
+                   by_group.tolist(), t_codes)
 
 
 def _traj_values(layout: _Layout, cols: Mapping[str, Any], rew: np.ndarray) -> None:
@@ -320,44 +330,31 @@ def _traj_values(layout: _Layout, cols: Mapping[str, Any], rew: np.ndarray) -> N
     table order (by slot inside a group when slots were given)."""
     order, starts = layout.order, layout.offsets  # (still in trajectory-code order)
     order_l, starts_l = order.tolist(), starts.tolist()
-    traj_of_pos = np.repeat(np.arange(len(layout.t_ids)), np.diff(starts)).tolist()
+    head_rows = _take(order_l, starts_l[:-1])  # each trajectory's first row in step order
+    row_traj = layout.row_traj.tolist()
     for name in _TRAJ_FIELDS:
         if cols[name] is None:
             continue
-        in_order = _take(_py_values(cols[name]), order_l)
-        heads = _take(in_order, starts_l[:-1])
-        pos = _first_difference(in_order, heads, traj_of_pos, starts)
-        if pos is not None:
-            t = traj_of_pos[pos]
-            raise CreditInputError(
-                f"row {order_l[pos]}: {name} {in_order[pos]!r} differs from {heads[t]!r} at row "
-                f"{order_l[starts_l[t]]} of the same trajectory {layout.t_ids[t]!r}")
-        layout.traj[name] = heads
+        vals = _raw(cols[name])
+        heads = _take(vals, head_rows)
+        if any(map(ne, vals, _take(heads, row_traj))):  # (in C; a NaN head is looked at below)
+            traj_of_pos = np.repeat(np.arange(len(heads)), np.diff(starts)).tolist()
+            in_order = _take(vals, order_l)
+            for pos, (v, t) in enumerate(zip(in_order, traj_of_pos)):
+                if v is not heads[t] and v != heads[t]:  # (the first row is never compared with itself)
+                    raise CreditInputError(
+                        f"row {order_l[pos]}: {name} {_item(v)!r} differs from {_item(heads[t])!r} at row "
+                        f"{head_rows[t]} of the same trajectory {layout.t_ids[t]!r}")
+        layout.traj[name] = [_item(h) for h in heads]
     outcome = np.add.reduceat(rew[order], starts[:-1]) if layout.n_rows else np.zeros(0)
     tv = layout.traj
     tv["success"] = [bool(v) for v in tv["success"]] if "success" in tv else (outcome > 0).tolist()
     scores = tv.get("score") or [1.0 if s else 0.0 for s in tv["success"]]
     for t, sc in enumerate(scores):
         if not isinstance(sc, (int, float)) or isinstance(sc, bool) or not math.isfinite(float(sc)):
-            raise CreditInputError(f"row {order_l[starts_l[t]]}: score must be a finite number, got {sc!r}")
+            raise CreditInputError(f"row {head_rows[t]}: score must be a finite number, got {sc!r}")
     tv["score"] = [float(sc) for sc in scores]
     _final_order(layout)
-
-
-def _first_difference(values: list[Any], heads: list[Any], traj_of_pos: list[int], starts: np.ndarray) -> int | None:
-    """The first position whose value differs from its trajectory's first (None if none);
-    a trajectory's first row is never compared with itself (NaN included)."""
-    arr = np.asarray(values) if values and type(values[0]) in (bool, int, float) else None
-    if arr is not None and arr.dtype.kind in "biuf" and arr.shape == (len(values),):
-        bad = arr != arr[starts[:-1]][traj_of_pos]
-        bad[starts[:-1]] = False
-        hits = np.flatnonzero(bad)
-        return int(hits[0]) if hits.size else None
-    for pos, (v, t) in enumerate(zip(values, traj_of_pos)):
-        h = heads[t]
-        if v is not h and v != h:
-            return pos
-    return None
 
 
 def _final_order(layout: _Layout) -> None:
@@ -386,11 +383,13 @@ def _final_order(layout: _Layout) -> None:
         len(set(per["slot"][a:b])) == b - a and len(set(per["task_id"][a:b])) <= 1 for a, b in pairwise(bounds))
 
 
-def _pick(col: Sequence[Any] | None, order: list[int], convert: Callable[[Any], Any] | None = None) -> list[Any] | None:
-    """The column's values in table order (Python values; ``convert`` applied), or None."""
+def _pick(col: Sequence[Any] | None, order: list[int], convert: Callable[[Any], Any] | None = None,
+          python: bool = False) -> list[Any] | None:
+    """The column's values in table order (``convert`` applied; ``python``: numpy scalars
+    as Python values), or None."""
     if col is None:
         return None
-    picked = _take(_py_values(col), order)
+    picked = _take(_py_values(col) if python else _raw(col), order)
     return picked if convert is None else list(map(convert, picked))
 
 
@@ -405,9 +404,10 @@ def _step_columns(layout: _Layout, cols: Mapping[str, Any]) -> StepColumns:
     """The :class:`~wrappers.credit.graph.StepColumns` of the batch, in table order."""
     order = layout.order.tolist()
     n = len(order)
-    actions = _pick(cols["action"], order, str) or [""] * n
     akeys = _pick(cols["action_key"], order)
-    akeys = actions if akeys is None else [a if k is None else k for k, a in zip(akeys, actions)]
+    if akeys is None or None in akeys:  # the action is the default key
+        actions = _pick(cols["action"], order, str) or [""] * n
+        akeys = actions if akeys is None else [a if k is None else k for k, a in zip(akeys, actions)]
     return StepColumns(
         np.diff(layout.group_traj).tolist(), np.diff(layout.offsets).tolist(), layout.traj["success"],
         reward=cols["reward"][layout.order], penalty=cols["penalty"][layout.order],
@@ -438,14 +438,14 @@ def _build_steps(layout: _Layout, cols: Mapping[str, Any], sc: StepColumns) -> l
     n = len(order)
     actions = _pick(cols["action"], order, str) or [""] * n
     columns = [
-        sc.column("state_key"), actions, sc.column("action_key"), sc.column("reward").tolist(),
+        _py_values(sc.column("state_key")), actions, _py_values(sc.column("action_key")), sc.column("reward").tolist(),
         sc.column("penalty").tolist(), _pick(cols["valid"], order, bool) or repeat(True),
         _pick(cols["observation"], order, str) or repeat(""), _pick(cols["feedback"], order, str) or repeat(""),
-        _pick(cols["rubric"], order) or repeat(None), None, sc.column("next_state_key"),
+        _pick(cols["rubric"], order) or repeat(None), None, _py_values(sc.column("next_state_key")),
         _pick(cols["extra"], order) or repeat(None),
     ]
     names = list(cols["keys"])
-    key_vals = [_pick(cols["keys"][k], order) for k in names]
+    key_vals = [_pick(cols["keys"][k], order, python=True) for k in names]
     columns[9] = [dict(zip(names, vs)) for vs in zip(*key_vals)] if names else repeat(None)
     new = Step.__new__
     steps = []
