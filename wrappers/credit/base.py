@@ -93,7 +93,11 @@ class CreditInputError(ValueError):
 class Estimator:
     """Base class: override :meth:`compute_group`, or :meth:`compute` for batch-level work.
 
-    ``name`` is set by :func:`register_estimator`.
+    An estimator that needs only step rows may also define ``compute_rows(rows)`` on a
+    :class:`~wrappers.credit.graph.RowTable` and make :meth:`compute` call it on
+    ``RowTable(groups)``: :mod:`wrappers.credit.flat` then runs it on tables built straight
+    from an RL library's columns, without making any Step (GRPO, RLOO, GiGPO, GraphGPO and
+    MileGPO do).  ``name`` is set by :func:`register_estimator`.
     """
 
     name: str = ""
