@@ -132,3 +132,21 @@ def test_arena_report_table_agrees_with_its_run_files(tmp_path: Path) -> None:
     assert all(r["loss"]["pair_loss"] >= 0 for r in recs if r["kind"] == "train")
     config = next(r for r in recs if r["kind"] == "config")
     assert config["objective"]["pair_coef"] == 0.0
+
+
+def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) -> None:
+    from trainers.arena.runner import completed_run
+
+    cfg = ArenaConfig.for_env("webshop", **TINY)
+    assert completed_run(cfg, "grpo", 0, tmp_path) is None
+    run_arena(cfg, ["grpo"], [0], tmp_path, workers=1)
+    path = tmp_path / "runs" / "grpo__seed0" / "metrics.jsonl"
+    end = completed_run(cfg, "grpo", 0, tmp_path)
+    assert end is not None and end["kind"] == "end"
+    stamp = path.stat().st_mtime_ns
+    run_arena(cfg, ["grpo"], [0], tmp_path, workers=1)  # found finished: not run again
+    assert path.stat().st_mtime_ns == stamp
+    other = ArenaConfig.for_env("webshop", **{**TINY, "updates": 2})
+    assert completed_run(other, "grpo", 0, tmp_path) is None  # another setting runs again
+    path.write_text(path.read_text().rsplit("\n", 2)[0] + "\n")  # an interrupted file (no end record)
+    assert completed_run(cfg, "grpo", 0, tmp_path) is None

@@ -66,6 +66,7 @@ __all__ = [
     "prepare_generated_games",
     "resolve_tasks",
     "run_arena",
+    "completed_run",
     "run_dir_name",
     "run_one",
     "search_queries",
@@ -882,10 +883,40 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
 # ------------------------------------------------------------------------------- many runs
 
 
+def completed_run(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``end`` record of a finished run of (``cfg``, ``method``, ``seed``) in ``out_dir``,
+    or ``None`` when there is none, it is incomplete, or it ran another setting.
+
+    Runs are deterministic, so a finished one need not run again: an interrupted comparison
+    continues where it stopped, and more seeds can be added to a folder later.
+    """
+    path = Path(out_dir) / "runs" / run_dir_name(method, seed) / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        first, last = json.loads(lines[0]), json.loads(lines[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    wanted = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, allow_nan=True))
+    if first.get("kind") != "config" or first.get("arena") != wanted or last.get("kind") != "end":
+        return None
+    return last
+
+
 def _run_job(args: tuple[dict[str, Any], str, int, str]) -> tuple[str, int, dict[str, Any]]:
     cfg_dict, method, seed, out_dir = args
+    cfg = ArenaConfig.from_dict(cfg_dict)
+    done = completed_run(cfg, method, seed, out_dir)
+    if done is not None:
+        log.info("%s seed %d: finished run found in %s, not run again", method, seed, out_dir)
+        return method, seed, done
+    return method, seed, run_one(cfg, method, seed, out_dir)
+
+
+def _worker_init() -> None:
+    """Logging for a spawned worker process (never configured in the caller's process)."""
     logging.basicConfig(level=logging.WARNING)
-    return method, seed, run_one(ArenaConfig.from_dict(cfg_dict), method, seed, out_dir)
 
 
 def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
@@ -918,6 +949,10 @@ def run_arena(
     command: str | None = None,
 ) -> dict[str, Any]:
     """Run every (method, seed), then write the report; returns the summary.
+
+    A (method, seed) whose finished run of the same setting is already in ``out_dir`` is not
+    run again (:func:`completed_run`): an interrupted comparison continues, and seeds can be
+    added to a folder later; the report covers every finished run in the folder.
 
     Args:
         cfg: The arena setting.
@@ -965,7 +1000,8 @@ def run_arena(
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init) as pool:
             futures = [pool.submit(_run_job, job) for job in jobs]
             for fut in as_completed(futures):
                 method, seed, end = fut.result()
