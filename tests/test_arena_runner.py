@@ -150,3 +150,50 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     assert completed_run(other, "grpo", 0, tmp_path) is None  # another setting runs again
     path.write_text(path.read_text().rsplit("\n", 2)[0] + "\n")  # an interrupted file (no end record)
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc (Linux)")
+def test_killing_a_comparison_leaves_no_worker_running(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "from trainers.arena.runner import ArenaConfig, run_arena\n"
+        f"cfg = ArenaConfig.for_env('webshop', **{dict(TINY, updates=40)!r})\n"
+        f"run_arena(cfg, ['grpo', 'rloo'], [0, 1], {str(tmp_path)!r}, workers=2)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.time() + 120
+        workers: list[int] = []
+        while time.time() < deadline and len(workers) < 2:
+            time.sleep(0.5)
+            workers = [p for p in _children(proc.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) == 2, "the pool's workers did not start"
+        time.sleep(3)  # inside their first runs
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.time() + 30
+        while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in workers):
+            time.sleep(0.5)
+        alive = [p for p in workers if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
+        assert not alive, f"workers {alive} outlived the killed comparison"
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)

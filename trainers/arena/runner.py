@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -914,9 +915,17 @@ def _run_job(args: tuple[dict[str, Any], str, int, str]) -> tuple[str, int, dict
     return method, seed, run_one(cfg, method, seed, out_dir)
 
 
-def _worker_init() -> None:
-    """Logging for a spawned worker process (never configured in the caller's process)."""
+def _worker_init(parent: int) -> None:
+    """Set up a spawned worker: logging (never configured in the caller's process), and exit
+    when the comparison's process is gone (a killed comparison leaves no workers running)."""
     logging.basicConfig(level=logging.WARNING)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
+    while os.getppid() == parent:
+        time.sleep(poll)
+    os._exit(1)
 
 
 def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
@@ -1001,7 +1010,7 @@ def run_arena(
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_worker_init) as pool:
+                                 initializer=_worker_init, initargs=(os.getpid(),)) as pool:
             futures = [pool.submit(_run_job, job) for job in jobs]
             for fut in as_completed(futures):
                 method, seed, end = fut.result()
