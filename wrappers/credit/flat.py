@@ -58,6 +58,7 @@ Example — a verl-agent-style batch (``non_tensor_batch`` arrays, one row per s
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise, repeat
@@ -291,7 +292,8 @@ def _layout(n: int, group_id: Sequence[Hashable], traj_id: Sequence[Hashable],
     g_codes, g_ids = _codes(_raw(group_id), "group_id")
     t_codes, t_ids = _codes(_raw(traj_id), "traj_id")
     n_traj = len(t_ids)
-    first_row = np.unique(t_codes, return_index=True)[1]
+    first_row = np.zeros(n_traj, dtype=np.intp)
+    first_row[t_codes[::-1]] = np.arange(n - 1, -1, -1, dtype=np.intp)  # (the last write is the first row)
     traj_group = g_codes[first_row]
     bad = np.flatnonzero(traj_group[t_codes] != g_codes)
     if bad.size:
@@ -419,7 +421,7 @@ def _hashable(columns: StepColumns) -> bool:
     """Whether every key hashes (else :func:`~wrappers.credit.base.validate_groups` names the step)."""
     try:
         for name in ("state_key", "next_state_key", "action_key"):
-            hash(tuple(columns.column(name)))
+            deque(map(hash, columns.column(name)), maxlen=0)
     except TypeError:
         return False
     return True
