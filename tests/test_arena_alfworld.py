@@ -24,7 +24,14 @@ import numpy as np
 import pytest
 
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-from trainers.arena.runner import ArenaConfig, _evaluate, make_arena_env, resolve_tasks, run_one, warm_start_tasks
+from trainers.arena.runner import (
+    ArenaConfig,
+    _evaluate,
+    make_arena_env,
+    resolve_tasks,
+    run_one,
+    warm_start_tasks,
+)
 
 CFG = dict(
     max_steps=30, updates=3, tasks_per_update=2, group_size=4, train_tasks=12, val_tasks=12,

@@ -62,7 +62,7 @@ def test_table_agrees_with_metric_files(tmp_path: Path) -> None:
     assert (tmp_path / "diagnostics.png").stat().st_size > 1000
     # Recompute from the raw files, independently of the report module.
     per = {}
-    for (m, s), _ in curves.items():
+    for m, s in curves:
         recs = [json.loads(x) for x in (tmp_path / "runs" / f"{m}__seed{s}" / "metrics.jsonl").read_text().splitlines()]
         ev = [r for r in recs if r["kind"] == "eval"]
         succ = np.array([r["success"] for r in ev])
@@ -80,7 +80,7 @@ def test_table_agrees_with_metric_files(tmp_path: Path) -> None:
     assert p["mean"] == pytest.approx(0.15)
     half = 12.706205 * np.std([0.14, 0.16], ddof=1) / math.sqrt(2)  # t(0.975, df=1) = 12.7062
     assert p["hi"] == pytest.approx(0.15 + half, rel=1e-5)
-    paired_line = [line for line in md.splitlines() if line.startswith("| mcgpo |") and "[" in line][0]
+    paired_line = next(line for line in md.splitlines() if line.startswith("| mcgpo |") and "[" in line)
     assert f"| +15.0 | [{100 * (0.15 - half):+.1f}, {100 * (0.15 + half):+.1f}]" in paired_line
     # diagnostics: mcgpo pairs over updates 1..5 = 1..5 → mean 3
     assert summary["methods"]["mcgpo"]["diagnostics"]["pairs"] == pytest.approx(3.0)

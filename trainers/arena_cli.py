@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["register", "arena"]
+__all__ = ["arena", "register"]
 
 
 def _split(text: str | None) -> list[str]:
@@ -79,11 +79,11 @@ def arena(
 
     Writes per-run JSONL metrics under OUTPUT_DIR/runs, then results.md (table with paired Student-t intervals), results.json, curves.png and diagnostics.png.
     """
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
     console = Console()
-    from trainers.arena.runner import ENV_PRESETS, ArenaConfig, run_arena  # noqa: PLC0415
-    from trainers.arena.variants import ESTIMATORS, VARIANTS, available_methods  # noqa: PLC0415
+    from trainers.arena.runner import ENV_PRESETS, ArenaConfig, run_arena
+    from trainers.arena.variants import ESTIMATORS, VARIANTS, available_methods
 
     if list_methods:
         console.print("environments: " + ", ".join(ENV_PRESETS))
@@ -93,7 +93,7 @@ def arena(
                 console.print(f"  {est}:{name} — {desc}")
         return
     if report_only:
-        from trainers.arena.report import MetricFileError, write_report  # noqa: PLC0415
+        from trainers.arena.report import MetricFileError, write_report
 
         try:
             summary = write_report(output_dir, baseline=baseline, partial=True,
@@ -109,11 +109,11 @@ def arena(
         methods += [m for m in available_methods() if ":" in m]
     else:
         methods += _split(variants)
-    from trainers.arena.runner import DEFAULT_SEEDS  # noqa: PLC0415
+    from trainers.arena.runner import DEFAULT_SEEDS
 
     seed_list = _seeds(seeds) if seeds is not None else list(range(DEFAULT_SEEDS.get(env, 3)))
     if workers is None:
-        import os  # noqa: PLC0415
+        import os
 
         workers = max(1, min(2, os.cpu_count() or 1))
     overrides = {

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ObjectiveConfig", "LossTerms", "decision_loss", "Adam"]
+__all__ = ["Adam", "LossTerms", "ObjectiveConfig", "decision_loss"]
 
 
 @dataclass(frozen=True)

@@ -40,12 +40,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Decision", "Featurizer", "LinearSoftmaxPolicy", "BatchEval", "segment_softmax"]
+__all__ = ["BatchEval", "Decision", "Featurizer", "LinearSoftmaxPolicy", "segment_softmax"]
 
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
 STOPWORDS = frozenset(
-    "a an the to from in on into onto with of and or for it its at by is are be then some sep".split()
+    ["a", "an", "the", "to", "from", "in", "on", "into", "onto", "with", "of", "and", "or", "for", "it", "its", "at", "by", "is", "are", "be", "then", "some", "sep"]
 )
 
 
@@ -138,7 +138,7 @@ def _graded(rubric: Mapping[str, Any] | None) -> list[str]:
         if isinstance(value, (int, np.integer)) or value > 1:
             out.append(f"{name}={int(value)}")
         else:
-            out.append(f"{name}~{int(round(4 * float(value)))}")
+            out.append(f"{name}~{round(4 * float(value))}")
     return sorted(out)
 
 
@@ -151,9 +151,8 @@ def _active(rubric: Mapping[str, Any] | None) -> list[str]:
         if isinstance(value, bool):
             if value:
                 out.append(str(name))
-        elif isinstance(value, (int, float, np.integer, np.floating)):
-            if np.isfinite(value) and value > 0:
-                out.append(str(name))
+        elif isinstance(value, (int, float, np.integer, np.floating)) and np.isfinite(value) and value > 0:
+            out.append(str(name))
     return sorted(out)
 
 

@@ -47,19 +47,19 @@ import numpy as np
 from trainers.stats import l5, mde, normalized_auc, paired_interval
 
 __all__ = [
-    "RunMetrics",
+    "RUN_DIR_PATTERN",
     "MetricFileError",
+    "RunMetrics",
     "l5",
-    "normalized_auc",
-    "paired_interval",
     "load_run",
     "load_runs",
-    "summarize",
-    "write_markdown",
+    "normalized_auc",
+    "paired_interval",
     "plot_curves",
     "plot_diagnostics",
+    "summarize",
+    "write_markdown",
     "write_report",
-    "RUN_DIR_PATTERN",
 ]
 
 log = logging.getLogger(__name__)
@@ -311,9 +311,9 @@ def write_markdown(summary: Mapping[str, Any], path: str | Path, *, title: str =
     if summary["paired"]:
         lines += [
             "",
-            f"Paired differences to **{base}** (percentage points, mean and 95% Student-t interval over seeds, "
-            "df = n − 1; MDE = the smallest true difference a paired two-sided t-test at α = 0.05 detects with "
-            "80% power at this SD of the differences and n seeds):",
+            (f"Paired differences to **{base}** (percentage points, mean and 95% Student-t interval over seeds, "
+             "df = n − 1; MDE = the smallest true difference a paired two-sided t-test at α = 0.05 detects with "
+             "80% power at this SD of the differences and n seeds):"),
             "",
             "| method | Δ L5 | 95% CI (L5) | SD (L5) | MDE (L5) | Δ AUC | 95% CI (AUC) | MDE (AUC) | n |",
             "|---|---|---|---|---|---|---|---|---|",
@@ -340,10 +340,10 @@ def write_markdown(summary: Mapping[str, Any], path: str | Path, *, title: str =
 
 def plot_curves(runs: Sequence[RunMetrics], path: str | Path, *, title: str = "") -> None:
     """Validation success against update: per-seed lines (thin) and the seed mean (thick)."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     by_method: dict[str, list[RunMetrics]] = defaultdict(list)
     for run in runs:
@@ -375,10 +375,10 @@ def plot_diagnostics(runs: Sequence[RunMetrics], path: str | Path, *, max_panels
 
     Returns the plotted statistic names (the first ``max_panels``, alphabetically).
     """
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     series: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     for run in runs:

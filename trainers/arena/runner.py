@@ -50,9 +50,9 @@ from agent_envs.rollout import matching_keys
 from agent_envs.trajectory import Step, Trajectory
 from trainers.arena.memo import EpisodeMemo
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
-from trainers.update_rule import AdvantageScaler, UpdateRuleConfig, trust_region_update
 from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
+from trainers.update_rule import AdvantageScaler, UpdateRuleConfig, trust_region_update
 
 __all__ = [
     "DEFAULT_SEEDS",
@@ -60,6 +60,7 @@ __all__ = [
     "ArenaConfig",
     "DecisionRecord",
     "EnvPreset",
+    "completed_run",
     "expand_actions",
     "make_arena_env",
     "matching_keys",
@@ -67,7 +68,6 @@ __all__ = [
     "prepare_generated_games",
     "resolve_tasks",
     "run_arena",
-    "completed_run",
     "run_dir_name",
     "run_one",
     "search_queries",

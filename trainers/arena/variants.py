@@ -49,13 +49,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "ENV_FAMILIES",
     "ESTIMATORS",
     "VARIANTS",
-    "ENV_FAMILIES",
     "MethodSpec",
+    "available_methods",
     "estimator_defaults",
     "resolve_method",
-    "available_methods",
 ]
 
 #: The seven estimators, in the order the arena compares them.
@@ -133,7 +133,7 @@ class MethodSpec:
             ValueError: the installed estimator does not accept a variant's switch (names
                 the variant and the parameters it accepts).
         """
-        from wrappers.credit import get_estimator  # noqa: PLC0415
+        from wrappers.credit import get_estimator
 
         try:
             return get_estimator(self.estimator, **self.params)
@@ -156,7 +156,7 @@ def resolve_method(
         ValueError: an empty method, an unknown estimator or variant (lists the known ones),
             or a variant switch the installed estimator does not accept.
     """
-    from wrappers.credit import available_estimators  # noqa: PLC0415
+    from wrappers.credit import available_estimators
 
     if not isinstance(method, str) or not method.strip():
         raise ValueError("a method must be a non-empty string like 'grpo' or 'mcgpo:uniform_weights'")
@@ -207,7 +207,7 @@ def _scale_variant(variant: str) -> float | None:
 
 def _check_params(spec: MethodSpec) -> None:
     """Fail early, naming the variant, when the estimator lacks a parameter."""
-    from wrappers.credit.base import _REGISTRY  # noqa: PLC0415
+    from wrappers.credit.base import _REGISTRY
 
     cls = _REGISTRY[spec.estimator]
     accepted = [k for k in inspect.signature(cls.__init__).parameters if k != "self"]
