@@ -2,8 +2,9 @@
 
 Batches: 16 groups × 8 trajectories of 30 steps (the target size), of 10–50 steps (1×), and
 that mixed batch at 4× and 16× the number of groups.  Every registered estimator is timed (new
-ones are picked up automatically), plus input validation, the graph stage alone and GraphGPO
-fed through the flat step-row path.  SCPO runs with the dependency-free lexical scorer unless
+ones are picked up automatically), plus input validation and the graph stage alone; a second
+table times every estimator fed through the flat step-row path (:mod:`wrappers.credit.flat`)
+against its native grouped call at 3,840 to 61,440 rows.  SCPO runs with the dependency-free lexical scorer unless
 ``--scpo-scorer`` says otherwise; its row leaves out the scorer's calls (the target excludes
 the scorer) and the next row shows them.  Target: < 20 ms per estimator for 16 × 8 × 30 and
 linear growth (the GraphGPO paper reports 133 ms for its graph stage per iteration).
@@ -19,8 +20,9 @@ when the last stage is done — so anchor states recur across siblings as in rea
 ``--rollouts FILE.jsonl`` times real saved rollouts instead (grouped by task id, tiled to
 the sizes).
 
-    python bench/credit.py                 # the table
+    python bench/credit.py                 # the tables
     python bench/credit.py --repeats 9     # steadier numbers
+    python bench/credit.py --flat only     # only flat step rows vs native, 3,840 to 61,440 rows
 """
 
 from __future__ import annotations
@@ -94,19 +96,26 @@ def synthetic_batch(groups: int, size: int, lengths: tuple[int, int], seed: int,
     return [[synthetic_trajectory(rng, g, i, rng.randint(*lengths), fixed) for i in range(size)] for g in range(groups)]
 
 
-def flat_columns(groups: list[list[Trajectory]]) -> dict[str, list]:
-    """The batch as flat step-row columns (what an RL library's batch holds)."""
-    cols: dict[str, list] = {k: [] for k in ("group_id", "traj_id", "step_index", "state_key", "next_state_key",
-                                            "action", "reward", "penalty", "valid", "slot")}
+def flat_columns(groups: list[list[Trajectory]]) -> dict[str, object]:
+    """The batch as flat step-row columns (what an RL library's batch holds), every field."""
+    names = ("group_id", "traj_id", "step_index", "state_key", "next_state_key", "action", "action_key", "reward",
+             "penalty", "valid", "observation", "feedback", "rubric", "extra", "slot", "score", "success",
+             "truncated", "task_id")
+    cols: dict[str, list] = {k: [] for k in names}
+    keys: dict[str, list] = {}
     for g, group in enumerate(groups):
         for t in group:
             for k, s in enumerate(t.steps):
-                for name, value in (("group_id", g), ("traj_id", (g, t.slot)), ("step_index", k),
-                                    ("state_key", s.state_key), ("next_state_key", s.next_state_key),
-                                    ("action", s.action), ("reward", s.reward), ("penalty", s.penalty),
-                                    ("valid", s.valid), ("slot", t.slot)):
+                for name, value in (("group_id", g), ("traj_id", (g, t.slot)), ("step_index", k), ("slot", t.slot),
+                                    ("score", t.score), ("success", t.success), ("truncated", t.truncated),
+                                    ("task_id", t.task_id)):
                     cols[name].append(value)
-    return cols
+                for name in ("state_key", "next_state_key", "action", "action_key", "reward", "penalty", "valid",
+                             "observation", "feedback", "rubric", "extra"):
+                    cols[name].append(getattr(s, name))
+                for name, value in s.keys.items():
+                    keys.setdefault(name, []).append(value)
+    return {**cols, "keys": keys}
 
 
 def tile(groups: list[list[Trajectory]], n: int) -> list[list[Trajectory]]:
@@ -185,10 +194,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--timer", choices=("cpu", "wall"), default="cpu",
                     help="cpu: process CPU time (default; robust on a shared machine); wall: elapsed time")
     ap.add_argument("--cpu", type=int, default=0, help="pin to this CPU core (-1: do not pin)")
+    ap.add_argument("--flat", choices=("also", "only", "no"), default="also",
+                    help="the flat-rows vs native table (up to 61,440 rows): after the main table, only it, or not")
     args = ap.parse_args(argv)
     if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
 
+    if args.flat == "only":
+        flat_table(args.estimators or available_estimators(), args.repeats, args.timer, args.scpo_scorer)
+        return
     if args.rollouts:
         by_task: dict[object, list[Trajectory]] = {}
         for t in load_jsonl(args.rollouts):
@@ -223,9 +237,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             rows.append(("scpo", build(name, scorer)))
         else:
             rows.append((name, build(name)))
-    if "graphgpo" in names:  # the flat step-row path: rows -> Trajectory groups -> GraphGPO -> rows
-        cols_of = {id(b): flat_columns(b) for _, b in sizes}
-        rows.append(("graphgpo (flat rows)", lambda b: flat_advantages("graphgpo", **cols_of[id(b)])))
 
     head = ("| estimator | 16x8x30 ms | us/step | vs 20 ms | 1x ms | 4x ms | 16x ms "
             "| us/step 1x / 4x / 16x | growth |")
@@ -254,6 +265,44 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"graph stage (build the batch's transition graphs + distances to success): {graph_ms:.2f} ms, "
               f"{PAPER_GRAPH_MS / graph_ms:.0f}x below the {PAPER_GRAPH_MS:g} ms the GraphGPO paper reports "
               f"for its graph stage per iteration.")
+    if args.flat == "also":
+        flat_table(names, args.repeats, args.timer, args.scpo_scorer)
+
+
+FLAT_GROUPS = (16, 64, 128, 256)  # x 8 trajectories x 30 steps: 3,840 ... 61,440 rows
+
+
+def flat_table(names: Sequence[str], repeats: int, timer: str, scorer_spec: str) -> None:
+    """Flat step rows vs the native grouped call, per estimator, up to 61,440 rows.
+
+    The same rollouts both ways: ``est(groups)`` on prebuilt Trajectory groups, and
+    ``flat_advantages(est, **columns)`` on their columns (every Step field given), whose
+    result is checked equal first.  Target: flat / native <= 1.5 and linear growth.
+    """
+    batches = [synthetic_batch(g, 8, (30, 30), seed=10 + g, fixed=True) for g in FLAT_GROUPS]
+    cols = [flat_columns(b) for b in batches]
+    rows = [sum(len(t.steps) for g in b for t in g) for b in batches]
+    print(f"\nFlat step rows vs native, {timer} time per call (median of {repeats}); rows: "
+          + " / ".join(f"{n:,}" for n in rows))
+    head = ("| estimator | " + " | ".join(f"{n // 1000}k native / flat ms" for n in rows)
+            + " | flat/native (max) | flat us/row (min-max) |")
+    print(head)
+    print("|" + "|".join([":---"] + ["---:"] * (head.count("|") - 2)) + "|")
+    for name in names:
+        est = build(name, make_scorer(scorer_spec) if name == "scpo" else None)
+        cells, ratios, per_row = [], [], []
+        for b, c, n in zip(batches, cols, rows):
+            want = np.concatenate([a for r in est(b) for a in r.advantages])
+            if not np.array_equal(flat_advantages(est, **c), want):
+                raise AssertionError(f"{name}: flat rows and the grouped call disagree")
+            reps = repeats if n < 50_000 else max(3, repeats // 2)
+            nat = median_ms(lambda b=b, est=est: est(b), reps, timer)
+            flat = median_ms(lambda c=c, est=est: flat_advantages(est, **c), reps, timer)
+            cells.append(f"{nat:.1f} / {flat:.1f}")
+            ratios.append(flat / nat)
+            per_row.append(1e3 * flat / n)
+        print(f"| {name} | " + " | ".join(cells) + f" | {max(ratios):.2f} | {min(per_row):.2f}-{max(per_row):.2f} |",
+              flush=True)
 
 
 def _row(label: str, ms: dict[str, float], steps: dict[str, int], target: bool = True) -> None:
