@@ -140,7 +140,10 @@ def test_rescaling_every_advantage_changes_nothing_with_running_rms(tmp_path):
 def _torch_loss(logp, old, ref, ent, adv, pairs, cfg: ObjectiveConfig):
     lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
     en = torch.tensor(ent, dtype=torch.float64, requires_grad=True)
-    col = lambda x: torch.tensor(x, dtype=torch.float64)[:, None]  # noqa: E731  one token per row
+
+    def col(x):  # one token per row
+        return torch.tensor(x, dtype=torch.float64)[:, None]
+
     mask = torch.ones((len(logp), 1))
     loss, _ = task_loss(lp[:, None], col(old), col(ref), en[:, None], torch.tensor(adv, dtype=torch.float64), mask,
                         clip_ratio=cfg.clip_low, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef, kl_clip=cfg.kl_clip,
