@@ -177,7 +177,7 @@ print(json.dumps({"server": play(server_url="http://127.0.0.1:3000"), "embedded"
 def test_one_episode_through_server_url_matches_the_embedded_shop(container, task):
     """An oracle episode played against the image scores 1.0 (reward 10) in a few steps, with
     the same observations and rewards as the embedded shop on the same goal."""
-    out = container.netns([sys.executable, "-c", EPISODE, str(task)], timeout=300)
+    out = container.netns([sys.executable, "-c", EPISODE, str(task)], timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     srv, emb = got["server"], got["embedded"]
