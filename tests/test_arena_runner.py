@@ -148,7 +148,10 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     assert path.stat().st_mtime_ns == stamp
     other = ArenaConfig.for_env("webshop", **{**TINY, "updates": 2})
     assert completed_run(other, "grpo", 0, tmp_path) is None  # another setting runs again
-    path.write_text(path.read_text().rsplit("\n", 2)[0] + "\n")  # an interrupted file (no end record)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2] + ["{torn"] + lines[2:]) + "\n")  # damaged in the middle
+    assert completed_run(cfg, "grpo", 0, tmp_path) is None
+    path.write_text("\n".join(lines[:-1]) + "\n")  # an interrupted file (no end record)
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
 
 

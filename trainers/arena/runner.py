@@ -895,10 +895,10 @@ def completed_run(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.Pa
     if not path.is_file():
         return None
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        first, last = json.loads(lines[0]), json.loads(lines[-1])
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        first, last = records[0], records[-1]
     except (OSError, ValueError, IndexError):
-        return None
+        return None  # unreadable or damaged anywhere: run it again
     wanted = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, allow_nan=True))
     if first.get("kind") != "config" or first.get("arena") != wanted or last.get("kind") != "end":
         return None
