@@ -12,7 +12,14 @@ Example:
 
 from agent_envs.checker import RubricEnvError, check_rubric_env
 from agent_envs.registration import ENV_IDS, register_envs
-from agent_envs.trajectory import Step, Trajectory, TrajectoryFormatError, load_jsonl, save_jsonl, step_from_info
+from agent_envs.trajectory import (
+    Step,
+    Trajectory,
+    TrajectoryFormatError,
+    load_jsonl,
+    save_jsonl,
+    step_from_info,
+)
 
 register_envs()
 

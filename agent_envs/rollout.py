@@ -36,9 +36,12 @@ import os
 import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_envs.trajectory import Step, Trajectory, hashable, matching_keys, step_from_info
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "EnvFactory",
@@ -303,7 +306,7 @@ class EnvPool:
             conn.close()
         self.conns, self.procs = [], []
 
-    def __enter__(self) -> EnvPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -312,8 +315,8 @@ class EnvPool:
     def __del__(self) -> None:  # pragma: no cover
         try:
             self.close()
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception:  # interpreter shutdown: modules may already be gone
+            logger.debug("closing an EnvPool at garbage collection failed", exc_info=True)
 
 
 # ------------------------------------------------------------------------------------------
@@ -364,7 +367,7 @@ class GroupRunner:
         self.max_steps = max_steps
         self._hosts = EnvPool(env, env_kwargs, workers=workers, start_method=start_method)  # validates env, workers
 
-    def __enter__(self) -> GroupRunner:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,6 +29,7 @@ import statistics
 import time
 from collections.abc import Callable
 from datetime import date
+from pathlib import Path
 
 
 def _median_ms(xs: list[float]) -> float:
@@ -69,7 +70,7 @@ def main() -> None:
             if lst and len(chosen) < args.games:
                 chosen.append(lst.pop(0))
     paths = {t: env._catalogue(args.split)[1][t] for t in chosen}
-    walks = {t: json.loads(open(p, encoding="utf-8").read())["walkthrough"] for t, p in paths.items()}
+    walks = {t: json.loads(Path(p).read_text(encoding="utf-8"))["walkthrough"] for t, p in paths.items()}
     engine.translation_cache_clear()
 
     raw = engine.make_raw_engine()

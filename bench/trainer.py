@@ -114,7 +114,8 @@ def main() -> None:
     scorer_rows = []
     if args.scorer_prompts > 0:
         for model in args.models:
-            proc = subprocess.run([sys.executable, "-c", SCORER, model, str(args.scorer_prompts)], capture_output=True, text=True, env=env)
+            proc = subprocess.run([sys.executable, "-c", SCORER, model, str(args.scorer_prompts)], capture_output=True, text=True, env=env,
+                                  check=False)
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if line is None:
                 print(f"scorer {model}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -134,7 +135,8 @@ def main() -> None:
                       "max_response_tokens=24", "estimator=grpo", "estimator_params={}", "kl_coef=0.01", "tensorboard=false", "progress=false",
                       "save_rollouts=false", f"output_dir={root}", f"run_name={name}", *env_ov]
                 t0 = time.perf_counter()
-                proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(ov)], capture_output=True, text=True, env=env)
+                proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(ov)], capture_output=True, text=True, env=env,
+                                      check=False)
                 wall = time.perf_counter() - t0
                 line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
                 if line is None:

@@ -68,7 +68,7 @@ def _speed(episodes: int, tagger: str) -> dict[str, list[float]]:
     n_goals = len(env.goals())
     for ep in range(episodes):
         t = time.perf_counter()
-        obs, info = env.reset(options={"task": ep % n_goals})
+        _obs, info = env.reset(options={"task": ep % n_goals})
         resets.append(time.perf_counter() - t)
         done = False
         k = 0
@@ -78,7 +78,7 @@ def _speed(episodes: int, tagger: str) -> dict[str, list[float]]:
             else:
                 action = oracle_action(env)
             t = time.perf_counter()
-            obs, r, term, trunc, info = env.step(action)
+            _obs, _r, term, trunc, info = env.step(action)
             steps.append(time.perf_counter() - t)
             done = term or trunc
             k += 1

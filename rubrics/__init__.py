@@ -27,8 +27,8 @@ from rubrics.templates import (
 __all__ = [
     "ALFWORLD_CHANNELS",
     "ALFWORLD_TASK_TYPES",
-    "WEBSHOP_CHANNELS",
     "RELATIONS",
+    "WEBSHOP_CHANNELS",
     "Channel",
     "Edge",
     "Signature",

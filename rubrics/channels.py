@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Channel", "ALFWORLD_CHANNELS", "WEBSHOP_CHANNELS", "channel_schema", "ENVIRONMENTS"]
+__all__ = ["ALFWORLD_CHANNELS", "ENVIRONMENTS", "WEBSHOP_CHANNELS", "Channel", "channel_schema"]
 
 ChannelKind = Literal["bool", "count", "graded"]
 

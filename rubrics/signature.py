@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from rubrics.channels import channel_schema, diagnostic_channels
 from rubrics.templates import Template
 
-__all__ = ["active_set", "Signature", "SignatureTracker", "signatures"]
+__all__ = ["Signature", "SignatureTracker", "active_set", "signatures"]
 
 
 def _is_active(value: Any) -> bool:
@@ -64,7 +64,7 @@ class Signature(NamedTuple):
         if not self.env:
             return ("".join(sorted(self.active)), "".join(sorted(self.frontier)))
         schema = channel_schema(self.env)
-        sym = lambda s: "".join(c.symbol for c in schema.values() if c.name in s)  # noqa: E731
+        sym = lambda s: "".join(c.symbol for c in schema.values() if c.name in s)
         return sym(self.active), sym(self.frontier)
 
     def key(self) -> tuple[frozenset[str], frozenset[str]]:

@@ -28,7 +28,7 @@ import graphlib
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,14 +41,14 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = [
+    "ALFWORLD_TASK_TYPES",
+    "RELATIONS",
     "Edge",
     "Template",
     "TemplateError",
-    "RELATIONS",
-    "ALFWORLD_TASK_TYPES",
+    "available_templates",
     "load_template",
     "parse_template",
-    "available_templates",
 ]
 
 RELATIONS = ("requires_ever", "requires_current", "blocks")
@@ -104,7 +104,7 @@ class Template:
         table = {"requires_ever": ever, "requires_current": current, "blocks": blockers}
         for e in self.edges:
             table[e.relation][e.target].append(e.source)
-        freeze = lambda d: {k: frozenset(v) for k, v in d.items()}  # noqa: E731
+        freeze = lambda d: {k: frozenset(v) for k, v in d.items()}
         object.__setattr__(self, "_ever", freeze(ever))
         object.__setattr__(self, "_current", freeze(current))
         object.__setattr__(self, "_blockers", freeze(blockers))
@@ -255,7 +255,7 @@ def load_template(env: str, family: str) -> Template:
     return _load_file(path, env)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_file(path: Path, env: str) -> Template:
     """Parse and validate one template file (cached: templates are immutable)."""
     try:

@@ -117,11 +117,11 @@ TRACES = {
 
 @pytest.mark.parametrize("prefix", sorted(TRACES))
 def test_hand_checked_channel_traces(env, prefix):
-    obs, info = env.reset(options={"task": _task(env, prefix)})
+    _obs, info = env.reset(options={"task": _task(env, prefix)})
     trace = TRACES[prefix]
     total = 0.0
     for k, (action, status, signature) in enumerate(trace):
-        obs, reward, terminated, truncated, info = env.step(action)
+        _obs, reward, terminated, truncated, info = env.step(action)
         total += reward
         assert (_status(info), info["signature"]) == (status, signature), (k, action, info["feedback"])
         last = k == len(trace) - 1
@@ -138,7 +138,7 @@ def test_lamp_used_again_prints_turn_on_and_stays_on(env):
     env.reset(options={"task": _task(env, "look_at_obj_in_light-AlarmClock-None-DeskLamp-323")})
     env.step("go to desk 1")
     for _ in range(2):
-        obs, _, _, _, info = env.step("use desklamp 1")
+        _obs, _, _, _, info = env.step("use desklamp 1")
         assert info["feedback"] == "You turn on the desklamp 1."
         assert info["rubric"]["light_on"] is True
 
@@ -212,10 +212,10 @@ def test_missing_data_names_the_install_command(tmp_path):
 
 def test_invalid_actions_cost_the_penalty_and_the_horizon_truncates(alfworld_data):
     e = gym.make("ALFWorld-Rubric-v0", split="valid_seen", data_root=str(alfworld_data), max_steps=3)
-    obs0, info0 = e.reset(options={"task": 0})
+    _obs0, info0 = e.reset(options={"task": 0})
     rewards = []
     for k in range(3):
-        obs, r, term, trunc, info = e.step("fly to the moon")
+        _obs, r, term, trunc, info = e.step("fly to the moon")
         rewards.append(r)
         assert (info["valid"], info["penalty"], info["feedback"], term) == (False, -0.1, "Nothing happens.", False)
         assert trunc is (k == 2)
@@ -234,7 +234,7 @@ FUZZ = ["", " ", "\x00", "\n\t\r", "go to desk 1\x00", "é" * 50, "🙂 take app
 @pytest.mark.parametrize("action", FUZZ, ids=range(len(FUZZ)))
 def test_fuzz_strings_are_invalid_steps_never_crashes(env, action):
     env.reset(options={"task": 3})
-    obs, reward, terminated, truncated, info = env.step(action)
+    obs, reward, terminated, _truncated, info = env.step(action)
     assert (reward, info["valid"], terminated) == (-0.1, False, False)
     assert env.observation_space.contains(obs)
     assert len(info["action"]) <= 1000
@@ -245,7 +245,7 @@ def test_fuzz_strings_are_invalid_steps_never_crashes(env, action):
 def test_fuzz_random_text_never_crashes(env, action):
     if env.unwrapped._done or env.unwrapped._game is None:
         env.reset(options={"task": 7})
-    obs, reward, terminated, truncated, info = env.step(action)
+    obs, reward, _terminated, _truncated, _info = env.step(action)
     assert isinstance(obs, str) and reward in (0.0, -0.1, 10.0)
 
 

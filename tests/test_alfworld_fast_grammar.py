@@ -35,7 +35,7 @@ print(json.dumps({"crc": zlib.crc32(json.dumps(trace).encode()), "steps": len(tr
 def test_patched_engine_plays_identical_episodes() -> None:
     out = []
     for flag in ("0", "1"):
-        res = subprocess.run([sys.executable, "-c", SCRIPT, flag], capture_output=True, text=True)
+        res = subprocess.run([sys.executable, "-c", SCRIPT, flag], capture_output=True, text=True, check=False)
         assert res.returncode == 0, f"episode script failed (fast_grammar={flag}):\n{res.stderr[-3000:]}"
         out.append(json.loads(res.stdout.strip().splitlines()[-1]))
     assert out[0]["steps"] > 15

@@ -72,7 +72,7 @@ def test_one_update_choose_mode_webshop(tmp_path):
     # choose mode only ever plays admissible actions
     assert all(s.valid for t in trajs for s in t.steps)
     assert all(s.extra["response"].startswith("<action>") for t in trajs for s in t.steps)
-    train = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train"][0]
+    train = next(r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train")
     assert train["opt/pairs_colocated"] == train["opt/pairs"]
     # the update rule's record: KL(old → new) within the trust region, ‖Δθ‖, epochs, backtracks, RMS
     if train["opt/rows"]:
@@ -173,7 +173,7 @@ def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", "29517", str(script), json.dumps(ov), str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     d0 = json.loads((tmp_path / "digest0.json").read_text())
     d1 = json.loads((tmp_path / "digest1.json").read_text())
@@ -210,7 +210,7 @@ def test_one_update_on_generated_alfworld(tmp_path, mode):
         # the rollout copy holds the trained weights (rounded to bf16) after the update
         for a, b in zip(trainer.rollout_model.parameters(), trainer.unwrapped.parameters()):
             assert torch.equal(a, b.detach().to(torch.bfloat16))
-        train = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train"][0]
+        train = next(r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train")
         assert train["opt/rows"] <= 5
         # shaping: a step's penalty is 0.05 × (rubric channels that rose − fell); choose mode is always valid
         for t in trajs:

@@ -70,7 +70,7 @@ def test_same_episode_in_embedded_server_and_browser_modes(mini_server, mini_dir
     for i, (e, s, b) in enumerate(zip(embedded, served, browsed)):
         assert s == e, f"server differs after {MINI_SCRIPT[i - 1] if i else 'reset'}"
         assert b == e, f"browser differs after {MINI_SCRIPT[i - 1] if i else 'reset'}"
-    obs, r, term, trunc, info, snap = embedded[-2]  # the purchase
+    _obs, r, term, _trunc, info, snap = embedded[-2]  # the purchase
     assert (r, term, info["score"], info["won"], snap["page"]) == (10.0, True, 1.0, True, "done")
     assert embedded[-1][4]["valid"] is False and embedded[-1][1] == -0.1  # nothing after the purchase
     assert "  [clicked button] navy blue [clicked button_]" in embedded[7][0].split("\n")
@@ -98,12 +98,12 @@ def test_browser_random_walks_match_embedded(gen_browser):
     embedded = WebShopRubricEnv(**GEN)
     rng = random.Random(11)
     for task in (2, 333):
-        actions, (obs, info) = [], embedded.reset(options={"task": task})
+        actions, (_obs, info) = [], embedded.reset(options={"task": task})
         for _ in range(12):
             acts = info["admissible_actions"]
             act = rng.choice(acts + ["click[nothing here]"]).replace("<your query>", info["task"]["goal"][:40])
             actions.append(act)
-            obs, r, term, trunc, info = embedded.step(act)
+            _obs, _r, term, trunc, info = embedded.step(act)
             if term or trunc:
                 break
         assert trace(gen_browser, actions, task) == trace(embedded, actions, task)
@@ -140,7 +140,7 @@ def test_browser_mode_without_server_url_runs_a_private_loopback_server(mini_dir
         assert url.startswith("http://127.0.0.1:")
         term = False
         while not term:
-            obs, r, term, trunc, info = env.step(oracle_action(env))
+            _obs, r, term, _trunc, info = env.step(oracle_action(env))
         assert (r, info["score"]) == (10.0, 1.0)
     finally:
         env.close()

@@ -137,7 +137,7 @@ def test_partial_purchase_score_equals_prior_readiness(mini):
     readiness = info["rubric"][R]
     # black does not match navy blue: (2 + 0 + 1) / 5
     assert readiness == pytest.approx(3 / 5)
-    obs, r, term, trunc, info = mini.step("click[buy now]")
+    _obs, r, term, _trunc, info = mini.step("click[buy now]")
     assert info["score"] == pytest.approx(readiness) and r == 0.0 and term
     assert info["rubric"][K] == pytest.approx(0.6) and not info["rubric"][S] and not info["won"]
 
@@ -156,14 +156,14 @@ def test_scorer_error_is_a_diagnostic_channel(mini):
     assert st_["scorer_error"] is True
     assert (st_[T], st_[A], st_[U], st_[P], st_[R]) == (0.0, 0.0, 0.0, False, 0.0)  # left at zero
     assert info["signature"] == ("QO", "TAUP")  # diagnostics never enter C
-    obs, r, term, trunc, info = mini.step("click[buy now]")
+    _obs, r, term, _trunc, info = mini.step("click[buy now]")
     assert term and info["score"] == 0.0 and r == 0.0 and info["rubric"][B]
 
 
 def test_invalid_actions_are_penalised_and_change_nothing(mini):
     obs0 = mini.page.text
     for bad in ["click[buy now]", "search[]", "jump", "click[search]", "", "search[x" * 1000]:
-        obs, r, term, trunc, info = mini.step(bad)
+        obs, r, term, _trunc, info = mini.step(bad)
         assert (r, info["valid"], info["penalty"], term) == (-0.1, False, -0.1, False)
         assert obs == obs0 and info["feedback"]
         assert info["action_key"] == "invalid"
@@ -173,7 +173,7 @@ def test_invalid_actions_are_penalised_and_change_nothing(mini):
 
 def test_search_only_from_search_page_and_navigation(mini):
     mini.step("search[running]")
-    obs, r, *_ , info = mini.step("search[shoes]")
+    obs, _r, *_ , info = mini.step("search[shoes]")
     assert not info["valid"] and "search bar" in info["feedback"]
     mini.step("click[b000000004]")
     obs, *_ = mini.step("click[features]")
@@ -199,7 +199,7 @@ def test_results_pagination_on_generated(gen_env):
 
 def test_horizon_truncates(mini):
     for i in range(15):
-        obs, r, term, trunc, info = mini.step("click[nothing]")
+        _obs, _r, term, trunc, info = mini.step("click[nothing]")
     assert trunc and not term and info["steps"] == 15
 
 
@@ -251,7 +251,7 @@ def test_check_env_passes(mini_dir):
         check_env(WebShopRubricEnv(catalogue=str(mini_dir), verify=False, tagger="lexicon"))
         env = gym.make("WebShop-Rubric-v0", catalogue="generated", num_products=300, tagger="lexicon")
         check_env(env.unwrapped)
-        obs, info = env.reset(seed=0)  # through the passive checker wrapper
+        _obs, _info = env.reset(seed=0)  # through the passive checker wrapper
         env.step("search[shoes]")
 
 
@@ -264,7 +264,7 @@ def test_determinism_same_seed_same_episode():
             acts = info["admissible_actions"]
             a = "search[" + info["task"]["goal"][:40] + "]" if acts[0].startswith("search") else acts[
                 len(trace) % len(acts)]
-            obs, r, term, trunc, info = env.step(a)
+            obs, r, term, _trunc, info = env.step(a)
             trace.append((obs, r, info["rubric"], info["keys"]["coarse"]))
             if term:
                 break
@@ -322,7 +322,7 @@ def test_oracle_scores_one_on_every_generated_goal(kind, tagger):
         env.reset(options={"task": i})
         term = trunc = False
         while not (term or trunc):
-            obs, r, term, trunc, info = env.step(oracle_action(env))
+            _obs, r, term, trunc, info = env.step(oracle_action(env))
         if not (term and info["score"] == 1.0 and r == 10.0 and info["won"]):
             failures.append((i, info["score"]))
     assert failures == []

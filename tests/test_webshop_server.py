@@ -69,7 +69,7 @@ def trace(env, actions, task=0):
 class _Nodes(HTMLParser):
     """Collect the page's nodes (elements with data-role) as a DOM reader would."""
 
-    VOID = {"br", "input", "img", "meta", "link", "hr"}
+    VOID = frozenset({"br", "input", "img", "meta", "link", "hr"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -215,7 +215,7 @@ def test_scripted_episode_identical_embedded_and_server(mini_server, mini_dir, m
     served = trace(env, MINI_SCRIPT)
     env.close()
     assert served == embedded  # observations, rewards, flags, every info field, the snapshots
-    obs, r, term, trunc, info, _snap = embedded[-1]
+    _obs, r, term, _trunc, info, _snap = embedded[-1]
     assert (r, term, info["score"], info["rubric"]["solved"]) == (10.0, True, 1.0, True)
     # the near miss B000000002 (road shoes, $995) with black selected: query match so u = 1;
     # attributes: breathable mesh yes, arch support no -> M_a = 1 of 2; options: black is not
@@ -229,12 +229,12 @@ def test_random_walks_identical_embedded_and_server(gen_server):
     a, b = WebShopRubricEnv(**kw), WebShopRubricEnv(server_url=gen_server.url, **kw)
     rng = random.Random(7)
     for task in (0, 17, 400):
-        actions, (obs, info) = [], a.reset(options={"task": task})
+        actions, (_obs, info) = [], a.reset(options={"task": task})
         for _ in range(14):
             acts = info["admissible_actions"] or ["click[x]"]
             act = rng.choice(acts + ["click[nope]"]).replace("<your query>", info["task"]["goal"][:30])
             actions.append(act)
-            obs, r, term, trunc, info = a.step(act)
+            _obs, _r, term, trunc, info = a.step(act)
             if term or trunc:
                 break
         assert trace(b, actions, task) == trace(a, actions, task)
@@ -293,7 +293,7 @@ def test_oracle_scores_one_on_generated_goals_through_the_server(gen_server, kin
         env.reset(options={"task": i})
         term = trunc = False
         while not (term or trunc):
-            obs, r, term, trunc, info = env.step(oracle_action(env.unwrapped))
+            _obs, r, term, trunc, info = env.step(oracle_action(env.unwrapped))
         if not (term and info["score"] == 1.0 and r == 10.0 and info["won"]):
             failures.append((i, info["score"]))
     env.close()
@@ -309,7 +309,7 @@ def test_concurrent_sessions_are_isolated(gen_server):
         obs, info = env.reset(options={"task": task})
         out, term = [obs], False
         while not term:
-            obs, r, term, trunc, info = env.step(oracle_action(env))
+            obs, r, term, _trunc, info = env.step(oracle_action(env))
             out.append((obs, r, info["rubric"], info["keys"]))
         return out
 
@@ -485,7 +485,7 @@ def test_serve_cli_entry_point_plays_an_episode(tmp_path, mini_dir):
         env.reset(options={"task": 0})
         term = False
         while not term:
-            obs, r, term, trunc, info = env.step(oracle_action(env))
+            _obs, r, term, _trunc, info = env.step(oracle_action(env))
         assert (r, info["score"]) == (10.0, 1.0)
         env.close()
     finally:

@@ -30,9 +30,9 @@ from trainers.update_rule import UpdateRuleConfig
 
 __all__ = [
     "PRESETS_DIR",
+    "VLLM_REMOVED",
     "ConfigError",
     "TrainConfig",
-    "VLLM_REMOVED",
     "apply_overrides",
     "available_presets",
     "config_help",

@@ -6,18 +6,17 @@ Nothing heavy is imported at module import time (the engine is never needed here
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-__all__ = ["data_alfworld", "alfworld_tasks", "register"]
+__all__ = ["alfworld_tasks", "data_alfworld", "register"]
 
 
 def data_alfworld(
-    source: Optional[Path] = typer.Option(
+    source: Path | None = typer.Option(
         None, "--from", help="Unpack this local json_2.1.1 archive (.tar.xz/.tar.gz/.zip) instead of downloading."
     ),
-    dest: Optional[Path] = typer.Option(
+    dest: Path | None = typer.Option(
         None, "--dest", help="Data root (default: $ALFWORLD_DATA, else ~/.cache/alfworld)."
     ),
     parse: bool = typer.Option(True, "--parse/--no-parse", help="JSON-parse every game file while verifying."),
@@ -77,8 +76,8 @@ def _types() -> tuple[str, ...]:
 
 def alfworld_tasks(
     split: str = typer.Option("valid_seen", "--split", help="train, valid_seen, valid_unseen or generated."),
-    data_root: Optional[Path] = typer.Option(None, "--data-root", help="ALFWorld data root."),
-    task_type: Optional[list[str]] = typer.Option(None, "--task-type", help="Only these task types (repeatable)."),
+    data_root: Path | None = typer.Option(None, "--data-root", help="ALFWorld data root."),
+    task_type: list[str] | None = typer.Option(None, "--task-type", help="Only these task types (repeatable)."),
 ) -> None:
     """List the task ids of a split, with the index `reset(options={"task": i})` takes."""
     from rich.console import Console

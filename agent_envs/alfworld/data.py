@@ -52,8 +52,8 @@ __all__ = [
     "list_game_files",
     "list_tasks",
     "split_dir",
-    "task_walkthrough",
     "task_type_of",
+    "task_walkthrough",
     "verify_install",
 ]
 
@@ -297,7 +297,7 @@ def install_with_downloader(dest: str | os.PathLike[str] | None = None, timeout:
     env = dict(os.environ, ALFWORLD_DATA=str(root))
     logger.info("running %s", " ".join(cmd))
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(f"`alfworld-download` could not run: {exc}") from exc
     if proc.returncode != 0:

@@ -81,7 +81,7 @@ import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -98,7 +98,7 @@ from agent_envs.alfworld.rubric import (
     snapshot,
 )
 
-__all__ = ["ALFWorldRubricEnv", "CHARSET", "STATE_KEYS", "normalize_action"]
+__all__ = ["CHARSET", "STATE_KEYS", "ALFWorldRubricEnv", "normalize_action"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             (:mod:`agent_envs.alfworld.fast_grammar`: steps 2-3x faster, identical outputs).
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,

@@ -52,8 +52,8 @@ def enable() -> bool:
     if _ENABLED:
         return True
     try:
-        import textworld.envs.pddl.textgen as textgen  # noqa: PLC0415
-        import textworld.logic as tw_logic  # noqa: PLC0415
+        import textworld.logic as tw_logic
+        from textworld.envs.pddl import textgen
     except ImportError:
         return False
 

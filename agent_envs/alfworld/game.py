@@ -89,7 +89,7 @@ _TASK_SENTENCE = re.compile(r"Your task is to:\s*([^\n\"]*)")
 def _type_name(pddl_type: str) -> str:
     """``AlarmClockType`` -> ``alarmclock`` (the engine lower-cases names)."""
     name = pddl_type.lower()
-    return name[: -len("type")] if name.endswith("type") else name
+    return name.removesuffix("type")
 
 
 def parse_goal(pddl_problem: str) -> TaskSpec:

@@ -7,7 +7,6 @@ command runs.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,15 +20,15 @@ def generate_alfworld(
     seed: int = typer.Option(
         0, "--seed", help="Generator seed: the same seed gives byte-identical games."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None,
         "--out",
         help="Cache directory (default: $RUBRICGYM_CACHE/alfworld/generated-<seed>-<n>).",
     ),
-    task_type: Optional[list[str]] = typer.Option(
+    task_type: list[str] | None = typer.Option(
         None, "--task-type", help="Restrict to these task types (repeatable); default: all six."
     ),
-    workers: Optional[int] = typer.Option(
+    workers: int | None = typer.Option(
         None, "--workers", min=1, help="Processes that build and verify games (default: automatic)."
     ),
 ) -> None:

@@ -41,21 +41,21 @@ from typing import Any
 from agent_envs.webshop.goals import Goal, human_goals, shuffle_goals, split_bounds, synthetic_goals
 
 __all__ = [
-    "Product",
-    "Catalogue",
-    "CatalogueSpec",
-    "CatalogueError",
-    "check_human",
-    "check_ins_v2",
-    "get_catalogue",
-    "load_raw_files",
-    "products_from_raw",
-    "verify_files",
-    "default_data_dir",
-    "find_real_files",
-    "normalize_option_value",
     "PUBLISHED_SHA256",
     "REAL_FILE_SETS",
+    "Catalogue",
+    "CatalogueError",
+    "CatalogueSpec",
+    "Product",
+    "check_human",
+    "check_ins_v2",
+    "default_data_dir",
+    "find_real_files",
+    "get_catalogue",
+    "load_raw_files",
+    "normalize_option_value",
+    "products_from_raw",
+    "verify_files",
 ]
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Product:
         """Text indexed for search: title, description, first bullet, option text."""
         option_text = "; ".join(f"{n}: {', '.join(vs)}" for n, vs in self.options.items())
         first = self.bullet_points[0] if self.bullet_points else ""
-        return " ".join([self.name, self.description, first, option_text]).lower()
+        return f"{self.name} {self.description} {first} {option_text}".lower()
 
 
 def _parse_pricing(raw: Any, where: str) -> tuple[tuple[float, ...], str]:

@@ -12,16 +12,15 @@ Nothing heavy is imported at module import time.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-__all__ = ["register", "install_webshop_data", "generate_webshop"]
+__all__ = ["generate_webshop", "install_webshop_data", "register"]
 
 
 def install_webshop_data(
     source: Path = typer.Option(..., "--from", help="Directory holding upstream's WebShop JSON files."),
-    dest: Optional[Path] = typer.Option(None, "--dest", help="Install here instead of the default data directory."),
+    dest: Path | None = typer.Option(None, "--dest", help="Install here instead of the default data directory."),
     verify: bool = typer.Option(True, "--verify/--no-verify", help="Check the published sha256 values."),
 ) -> None:
     """Verify upstream WebShop files (published sha256) and install them."""

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -46,8 +46,14 @@ from agent_envs.webshop.scorer import NounTagger, get_tagger
 from agent_envs.webshop.session import SEARCH_ACTION, ActionOutcome, PageSnapshot, ShopSession
 from rubrics import SignatureTracker, load_template
 
-__all__ = ["WebShopRubricEnv", "Backend", "EmbeddedBackend", "resolve_catalogue_spec",
-           "MAX_OBSERVATION_CHARS", "MAX_ACTION_CHARS"]
+__all__ = [
+    "MAX_ACTION_CHARS",
+    "MAX_OBSERVATION_CHARS",
+    "Backend",
+    "EmbeddedBackend",
+    "WebShopRubricEnv",
+    "resolve_catalogue_spec",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +167,7 @@ class WebShopRubricEnv(gym.Env[str, str]):
         render_mode: ``"ansi"`` or None.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(
         self,

@@ -36,7 +36,7 @@ from typing import Any
 
 from agent_envs.webshop.vocab import BRANDS, OPTION_POOLS, PRODUCT_TYPES, ProductType
 
-__all__ = ["RawCatalogue", "generate_raw", "write_raw", "RAW_FILE_NAMES", "GENERATOR_VERSION"]
+__all__ = ["GENERATOR_VERSION", "RAW_FILE_NAMES", "RawCatalogue", "generate_raw", "write_raw"]
 
 #: Bump when the generator's output changes for a given seed (it is part of cache keys).
 GENERATOR_VERSION = 1

@@ -36,8 +36,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agent_envs.webshop.catalogue import Product
 
-__all__ = ["Goal", "PRICE_BINS", "price_ceiling", "human_goals", "synthetic_goals",
-           "shuffle_goals", "split_bounds", "SPLITS", "GOAL_SHUFFLE_SEED"]
+__all__ = [
+    "GOAL_SHUFFLE_SEED",
+    "PRICE_BINS",
+    "SPLITS",
+    "Goal",
+    "human_goals",
+    "price_ceiling",
+    "shuffle_goals",
+    "split_bounds",
+    "synthetic_goals",
+]
 
 PRICE_BINS: tuple[float, ...] = tuple(10.0 * i for i in range(1, 100))
 GOAL_SHUFFLE_SEED = 233

@@ -29,7 +29,7 @@ from agent_envs.webshop.session import PageSnapshot
 if TYPE_CHECKING:
     from agent_envs.webshop.env import WebShopRubricEnv
 
-__all__ = ["oracle_action", "oracle_next", "goal_option_clicks"]
+__all__ = ["goal_option_clicks", "oracle_action", "oracle_next"]
 
 
 def goal_option_clicks(catalogue: Catalogue, goal: Goal) -> dict[str, str]:

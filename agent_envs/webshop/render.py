@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["Node", "to_text", "to_text_rich", "SEP", "NodeRole"]
+__all__ = ["SEP", "Node", "NodeRole", "to_text", "to_text_rich"]
 
 SEP = " [SEP] "
 NodeRole = Literal["text", "button", "link", "option"]

@@ -49,16 +49,16 @@ from agent_envs.webshop.session import PageSnapshot, parse_action
 
 __all__ = [
     "CHANNEL_NAMES",
-    "empty_status",
-    "channels",
-    "exact_key",
-    "coarse_key",
-    "score_bin",
-    "coverage_bin",
-    "goal_tokens",
-    "action_key",
     "COVERAGE_BINS",
     "SOLVED_THRESHOLD",
+    "action_key",
+    "channels",
+    "coarse_key",
+    "coverage_bin",
+    "empty_status",
+    "exact_key",
+    "goal_tokens",
+    "score_bin",
 ]
 
 CHANNEL_NAMES = ("search_issued", "product_opened", "type_match", "attribute_match",
@@ -111,7 +111,7 @@ def score_bin(value: float) -> int:
     v = float(value)
     if not math.isfinite(v):
         v = 0.0
-    return int(round(4 * min(1.0, max(0.0, v))))
+    return round(4 * min(1.0, max(0.0, v)))
 
 
 def exact_key(snap: PageSnapshot) -> tuple:

@@ -40,26 +40,26 @@ import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any, Protocol
 
 from rapidfuzz import fuzz
 from rapidfuzz.utils import default_process
 
 __all__ = [
-    "NounTagger",
-    "SpacyNounTagger",
-    "LexiconNounTagger",
-    "get_tagger",
-    "ScoreBreakdown",
-    "score_purchase",
-    "type_reward",
-    "attribute_reward",
-    "option_reward",
-    "normalize_color",
-    "title_score",
     "COLOR_WORDS",
     "FUZZY_THRESHOLD",
+    "LexiconNounTagger",
+    "NounTagger",
+    "ScoreBreakdown",
+    "SpacyNounTagger",
+    "attribute_reward",
+    "get_tagger",
+    "normalize_color",
+    "option_reward",
+    "score_purchase",
+    "title_score",
+    "type_reward",
 ]
 
 logger = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class LexiconNounTagger:
         return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_tagger(kind: str = "auto") -> NounTagger:
     """The noun tagger for ``kind``: ``"auto"``, ``"spacy"``, ``"lexicon"`` or a spaCy model
     name (``"spacy:<model>"``).  Cached per process.
@@ -285,9 +285,7 @@ def attribute_reward(product_attributes: Sequence[str], product_text: Sequence[s
     lowered = [t.lower() for t in product_text]
     n = 0
     for g in goal_attributes:
-        if any(_fuzzy(p, g) > FUZZY_THRESHOLD for p in product_attributes):
-            n += 1
-        elif any(g in t for t in lowered):
+        if any(_fuzzy(p, g) > FUZZY_THRESHOLD for p in product_attributes) or any(g in t for t in lowered):
             n += 1
     return n / len(goal_attributes), n
 

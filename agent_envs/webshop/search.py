@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["SearchIndex", "tokenize", "LUCENE_STOP_WORDS", "TOKEN_PATTERN"]
+__all__ = ["LUCENE_STOP_WORDS", "TOKEN_PATTERN", "SearchIndex", "tokenize"]
 
 #: Lucene's classic English stop-word set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET), 33 words.
 LUCENE_STOP_WORDS: frozenset[str] = frozenset(
@@ -32,7 +32,7 @@ _TOKEN_RE = re.compile(TOKEN_PATTERN)
 
 
 @lru_cache(maxsize=1)
-def _stemmer():  # noqa: ANN202 - PyStemmer object
+def _stemmer():
     import Stemmer
 
     return Stemmer.Stemmer("porter")

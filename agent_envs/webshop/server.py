@@ -60,7 +60,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from flask import Flask, Response, abort, jsonify, redirect, render_template, request, url_for
@@ -77,6 +77,9 @@ from agent_envs.webshop.session import (
     RouteError,
     ShopSession,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "MAX_ACTION_CHARS",
@@ -681,7 +684,7 @@ class BackgroundServer:
             self._thread.join(timeout=10)
         self._server.server_close()
 
-    def __enter__(self) -> BackgroundServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

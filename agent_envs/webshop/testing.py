@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MINI_ITEMS", "MINI_INS_V2", "MINI_HUMAN", "MINI_GOAL_TEXT", "write_mini_catalogue"]
+__all__ = ["MINI_GOAL_TEXT", "MINI_HUMAN", "MINI_INS_V2", "MINI_ITEMS", "write_mini_catalogue"]
 
 MINI_GOAL_TEXT = "i need running shoes with breathable mesh and arch support in navy blue and size 10"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ProductType", "PRODUCT_TYPES", "OPTION_POOLS", "BRANDS", "CATEGORIES"]
+__all__ = ["BRANDS", "CATEGORIES", "OPTION_POOLS", "PRODUCT_TYPES", "ProductType"]
 
 
 @dataclass(frozen=True)

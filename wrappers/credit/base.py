@@ -34,14 +34,14 @@ import numpy as np
 from agent_envs.trajectory import Trajectory
 
 __all__ = [
-    "CreditResult",
-    "Preference",
-    "Estimator",
     "CreditInputError",
+    "CreditResult",
+    "Estimator",
+    "Preference",
+    "available_estimators",
+    "get_estimator",
     "register_estimator",
     "unregister_estimator",
-    "get_estimator",
-    "available_estimators",
     "validate_groups",
 ]
 
@@ -155,7 +155,7 @@ def unregister_estimator(name: str) -> None:
 
 def available_estimators() -> list[str]:
     """Names accepted by :func:`get_estimator`."""
-    from wrappers.credit import _load_builtin  # noqa: PLC0415  (registers the built-ins)
+    from wrappers.credit import _load_builtin
 
     _load_builtin()
     return sorted(_REGISTRY)

@@ -17,8 +17,8 @@ import numpy as np
 from agent_envs.trajectory import Trajectory
 
 __all__ = [
-    "NORMS",
     "EPS",
+    "NORMS",
     "check_choice",
     "normalize",
     "outcomes",

@@ -166,7 +166,7 @@ def plot_graph(
 # Credit spectrum [SCPO App. C.1, Fig. 4].  (Sections 2 and 3 are maintained with
 # wrappers/credit/scpo.py and wrappers/credit/mcgpo.py.)
 
-from collections.abc import Mapping  # noqa: E402
+from collections.abc import Mapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from wrappers.credit.base import CreditResult
@@ -221,7 +221,7 @@ def plot_credit_spectrum(
     if theta is not None and M.size:
         uu, vv = np.nonzero(M >= theta)
         ax.scatter(vv, uu, s=6, c="white", marker=".", zorder=2, label=f"M ≥ θ = {theta:g}")
-    from matplotlib.patches import Rectangle  # noqa: PLC0415
+    from matplotlib.patches import Rectangle
 
     cols = np.flatnonzero(trace.position >= 0)
     rank = np.empty(ell, dtype=np.intp)
@@ -285,13 +285,13 @@ def plot_preference_stats(
         >>> axes[0].get_title()
         '(a) accepted pairs per update'
     """
-    from wrappers.credit.mcgpo import summarize_pairs  # noqa: PLC0415
+    from wrappers.credit.mcgpo import summarize_pairs
 
     if int(window) < 1:
         raise ValueError(f"window must be >= 1, got {window}")
     summ = [u if isinstance(u, Mapping) else summarize_pairs(u) for u in updates]
     if axes is None:
-        from matplotlib.figure import Figure  # noqa: PLC0415
+        from matplotlib.figure import Figure
 
         fig = Figure(figsize=(10.0, 7.0), layout="constrained")
         axes = list(fig.subplots(2, 2).ravel())
