@@ -20,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = "tests/integrations/verl_cases.py"
+DOCTESTS = "wrappers/integrations/verl.py"  # its docstring examples need verl: they run in the venv too
 VENV_COMMAND = (
     'python -m venv ~/.venvs/rubricgym-verl && ~/.venvs/rubricgym-verl/bin/pip install torch==2.13.0 && '
     '~/.venvs/rubricgym-verl/bin/pip install -e ".[verl,alfworld,webshop]" pytest pytest-timeout && '
@@ -53,7 +54,7 @@ def verl_run(tmp_path_factory) -> dict[str, tuple[str, str]]:
         pytest.fail(f"RUBRICGYM_VERL_PYTHON={python} does not exist; create the venv with: {VENV_COMMAND}")
     xml = tmp_path_factory.mktemp("verl") / "cases.xml"
     done = subprocess.run(
-        [python, "-m", "pytest", CASES, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+        [python, "-m", "pytest", CASES, DOCTESTS, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
          "-W", "ignore::UserWarning"],
         cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
     if not xml.is_file():
@@ -82,7 +83,8 @@ def test_verl_case(verl_run, case):
 @pytest.mark.slow
 def test_verl_cases_all_listed(verl_run):
     """A case added to verl_cases.py is listed here too (so each is reported)."""
-    assert sorted(verl_run) == sorted(EXPECTED)
+    cases = [name for name in verl_run if not name.startswith("wrappers.integrations.verl")]
+    assert sorted(cases) == sorted(EXPECTED)
 
 
 def test_wrappers_never_import_verl():
@@ -98,3 +100,12 @@ def test_without_verl_the_module_says_how_to_install_it():
         return
     with pytest.raises(ModuleNotFoundError, match=r"pip install -e '\.\[verl\]'"):
         import wrappers.integrations.verl  # noqa: F401
+
+
+@pytest.mark.slow
+def test_verl_module_doctests_pass_in_verls_venv(verl_run):
+    """The examples of wrappers/integrations/verl.py (not collected in the main environment)."""
+    doctests = {name: res for name, res in verl_run.items() if name.startswith("wrappers.integrations.verl")}
+    assert doctests, f"no docstring example of {DOCTESTS} ran in verl's venv; ran: {sorted(verl_run)}"
+    failed = {name: res for name, res in doctests.items() if res[0] != "passed"}
+    assert not failed, failed
