@@ -32,3 +32,17 @@ def test_arena_cli_prints_the_mde_and_rescaled_advantages_train_identically(tmp_
         rms[m] = [r["loss"]["adv_rms"] for r in recs if r["kind"] == "train"]
     assert any(x > 0 for x in rms["rloo"])
     assert rms["rloo:x4"] == pytest.approx([4 * x for x in rms["rloo"]], rel=1e-12)
+
+
+@pytest.mark.slow
+def test_arena_cli_no_rl_never_moves_the_policy(tmp_path: Path) -> None:
+    out = tmp_path / "control"
+    args = ["arena", "--env", "webshop", "--estimators", "grpo", "--seeds", "1", "--updates", "3", "-P", "2",
+            "-G", "4", "--train-tasks", "6", "--val-tasks", "6", "--eval-every", "3", "-j", "1", "--no-rl",
+            "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    recs = [json.loads(line) for line in (out / "runs" / "grpo__seed0" / "metrics.jsonl").open()]
+    assert next(r for r in recs if r["kind"] == "config")["arena"]["rl"] is False
+    trains = [r for r in recs if r["kind"] == "train"]
+    assert len(trains) == 3 and all(set(r["loss"]) == {"adv_rms", "adv_rms_scaled"} for r in trains)  # no update ran

@@ -60,6 +60,8 @@ def arena(
     adv_norm: str = typer.Option(None, "--adv-norm", help="running_rms (default) or none."),
     adv_scale: float = typer.Option(None, "--adv-scale",
                                     help="Multiply every advantage by this (the rescaling control)."),
+    no_rl: bool = typer.Option(False, "--no-rl",
+                               help="Skip every policy update (the control run of a learning claim)."),
     max_steps: int = typer.Option(None, "--max-steps", help="Episode horizon (default: the setting's)."),
     warm_start: int = typer.Option(None, "--warm-start",
                                    help="Behaviour-clone the initial policy on this many training walkthroughs (ALFWorld)."),
@@ -120,7 +122,7 @@ def arena(
         "updates": updates, "tasks_per_update": tasks, "group_size": group_size, "train_tasks": train_tasks,
         "val_tasks": val_tasks, "eval_every": eval_every, "epochs": epochs, "lr": lr, "max_steps": max_steps,
         "pair_coef": pair_coef, "warm_start": warm_start, "target_kl": target_kl, "adv_norm": adv_norm,
-        "adv_scale": adv_scale,
+        "adv_scale": adv_scale, "rl": False if no_rl else None,
     }
     try:
         data = ArenaConfig.for_env(env).to_dict()
