@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
-from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
+from trainers.arena.policy import STOPWORDS, Decision, Featurizer, LinearSoftmaxPolicy
 
 
 def _decision(rows: list[list[tuple[int, float]]]) -> Decision:
@@ -224,3 +225,29 @@ def test_adam_first_steps_by_hand() -> None:
     opt.step(w, np.array([-2.0]))
     # m = 0.9·0.2 + 0.1·(−2) = −0.02, m̂ = −0.02/0.19; v = 0.999·0.004 + 0.001·4 = 0.007996, v̂ = 0.007996/0.001999 = 4
     assert w[0] == pytest.approx(-0.1 + 0.1 * (0.02 / 0.19) / 2.0, rel=1e-6)
+
+
+def test_memoised_decisions_equal_the_named_features_hashed_one_by_one() -> None:
+    """The featurizer's page/cross memos change speed only: a decision equals hashing
+    ``action_features`` of every action in order, on a cold and on a warm featurizer."""
+    kwargs = dict(goal="i want a red cotton shirt, and price lower than 30.00 dollars", task_type="webshop",
+                  observation="back to search [SEP] b0001 [SEP] red cotton shirt [SEP] $12.00 [SEP] b0002 [SEP] blue hat",
+                  actions=["click[b0001]", "click[b0002]", "click[back to search]"],
+                  rubric={"search_issued": True, "type_match": 0.5}, history=["search[red cotton shirt]"])
+    f = Featurizer(2**14)
+    goal_words = frozenset(t for t in re.findall(r"[a-z]+|\d+", kwargs["goal"].lower())
+                           if len(t) > 1 and not t.isdigit() and t not in STOPWORDS)
+    idx, val, own = [], [], []
+    for k, action in enumerate(kwargs["actions"]):
+        feats = f.action_features(action, goal_words=goal_words, task_type="webshop",
+                                  signature="search_issued+type_match", channels=["search_issued", "type_match"],
+                                  observation_lower=kwargs["observation"].lower(), history=kwargs["history"],
+                                  graded=["type_match~2"])
+        for name, value in feats.items():
+            if value:
+                idx.append(f.index(name))
+                val.append(value)
+                own.append(k)
+    for _ in range(2):  # cold, then every memo warm
+        d = f.decision(**kwargs)
+        assert d.indices.tolist() == idx and d.values.tolist() == val and d.owner.tolist() == own

@@ -86,6 +86,18 @@ _OBJECT_VERBS = frozenset({"take", "put", "move", "clean", "heat", "cool", "slic
 _ENTITY = re.compile(r"([a-z][a-z ]*?)\s+\d+")
 
 
+def _memo(cache: dict[Any, Any], key: Any, limit: int, compute: Any) -> Any:
+    """``cache[key]``, computed on a miss; the cache is emptied when it outgrows ``limit``
+    (a memory bound: results never depend on it)."""
+    hit = cache.get(key)
+    if hit is None:
+        hit = compute()
+        if len(cache) > limit:
+            cache.clear()
+        cache[key] = hit
+    return hit
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _parse_action(action: str) -> tuple[str, tuple[str, ...], tuple[str, ...], str]:
     """Verb, content words, argument content words and lowercased argument of an action
@@ -240,13 +252,7 @@ class Featurizer:
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
-        idx = self._cache.get(feature)
-        if idx is None:
-            idx = zlib.crc32(feature.encode("utf-8")) % self.dim
-            if len(self._cache) > 1_000_000:
-                self._cache.clear()
-            self._cache[feature] = idx
-        return idx
+        return _memo(self._cache, feature, 1_000_000, lambda: zlib.crc32(feature.encode("utf-8")) % self.dim)
 
     def action_features(
         self,
@@ -284,15 +290,11 @@ class Featurizer:
     def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> tuple[list[int], list[float]]:
         """:meth:`_cross_features` hashed, memoised per (goal words, action words): siblings,
         updates and seeds score the same actions against the same goals again and again."""
-        key = (goal_words, words)
-        hit = self._cross_cache.get(key)
-        if hit is None:
+        def compute() -> tuple[list[int], list[float]]:
             feats = self._cross_features(goal_words, words)
-            hit = ([self.index(k) for k in feats], list(feats.values()))
-            if len(self._cross_cache) > 200_000:
-                self._cross_cache.clear()
-            self._cross_cache[key] = hit
-        return hit
+            return [self.index(k) for k in feats], list(feats.values())
+
+        return _memo(self._cross_cache, (goal_words, words), 200_000, compute)
 
     def _head_part(
         self,
@@ -355,9 +357,7 @@ class Featurizer:
     ) -> tuple[list[int], list[float]]:
         """The head features and crosses of ``action``, hashed; memoised per (decision
         context, action), since siblings and updates revisit the same pages."""
-        key = (context, action)
-        hit = self._head_cache.get(key)
-        if hit is None:
+        def compute() -> tuple[list[int], list[float]]:
             head, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
                                           channels=channels, observation_lower=observation_lower, graded=graded)
             idx: list[int] = []
@@ -367,11 +367,9 @@ class Featurizer:
                 c_idx, c_val = self._hashed_crosses(goal_words, words)
                 idx += c_idx
                 val += c_val
-            hit = (idx, val)
-            if len(self._head_cache) > 100_000:
-                self._head_cache.clear()
-            self._head_cache[key] = hit
-        return hit
+            return idx, val
+
+        return _memo(self._head_cache, (context, action), 100_000, compute)
 
     def _emit(self, feats: Mapping[str, float], idx: list[int], val: list[float]) -> None:
         """Append the non-zero features' hashed indices and values."""
