@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TOKENIZERS_PARALLELISM"):
@@ -31,6 +32,18 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under RUBRICGYM_STRICT_SKIPS=1 (CI): {reason}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    """Accelerate keeps one process-wide state: a test that built an Accelerator (TRL's trainer,
+    ours) must not fix the next test's device or mixed precision ("AcceleratorState has already
+    been initialized and cannot be changed").  Reset after each test, without importing
+    accelerate where no test did."""
+    yield
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def alfworld_data_dir() -> Path:
