@@ -8,7 +8,8 @@
 * A docstring example that fails because an optional module is not installed
   (``ModuleNotFoundError``) is skipped, with the module named; under strict skips it fails.
 * The terminal summary prints how many docstring examples ran.
-* ``wrappers/integrations/verl.py`` is collected only where verl is installed (its own venv).
+* ``wrappers/integrations/verl.py`` and ``tests/integrations/verl_cases.py`` are collected only
+  where verl is installed (its own venv).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import pytest
 
 _STRICT = os.environ.get("RUBRICGYM_STRICT_SKIPS", "") not in ("", "0", "false")
 
-# verl caps transformers below the main environment's, so wrappers/integrations/verl.py is only
-# importable in verl's own venv: its examples run there (tests/test_integration_verl.py passes the
-# module to that venv's pytest), and the main environment does not collect it.
-collect_ignore = [] if importlib.util.find_spec("verl") else ["wrappers/integrations/verl.py"]
+# verl caps transformers below the main environment's, so the modules importing it are only
+# importable in verl's own venv: they run there (tests/test_integration_verl.py passes them to that
+# venv's pytest), and the main environment does not collect them.
+_VERL_ONLY = ["wrappers/integrations/verl.py", "tests/integrations/verl_cases.py"]
+collect_ignore = [] if importlib.util.find_spec("verl") else _VERL_ONLY
 _DOCTESTS: set[str] = set()
 
 
