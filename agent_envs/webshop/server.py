@@ -27,6 +27,10 @@ shared catalogue, served two ways:
       GET    /api/<session>/snapshot        {"snapshot": PageSnapshot.to_dict()}
       DELETE /api/<session>                 forget the session
 
+The views are a Flask blueprint (:func:`webshop_blueprint`): :func:`create_app` mounts it at
+the root of its own app; any Flask app can mount it under a prefix (``url_prefix="/shop"``),
+and every URL it builds follows.
+
 Safety: Jinja autoescaping on every template; keywords, asins and options travel in URLs as
 percent-encoded path segments (:func:`encode_segment`); request bodies are capped
 (``MAX_CONTENT_LENGTH``), URLs, session ids, keywords and actions have length limits, and
@@ -60,10 +64,12 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from flask import Flask, Response, abort, jsonify, redirect, render_template, request, url_for
+import jinja2
+from flask import Blueprint, Flask, Response, abort, jsonify, redirect, request, url_for
 from werkzeug.exceptions import HTTPException, default_exceptions
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
@@ -79,6 +85,7 @@ from agent_envs.webshop.session import (
 )
 
 if TYPE_CHECKING:
+    from flask.sansio.blueprints import BlueprintSetupState
     from typing_extensions import Self
 
 __all__ = [
@@ -95,6 +102,7 @@ __all__ = [
     "encode_segment",
     "is_loopback",
     "serve",
+    "webshop_blueprint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -289,30 +297,30 @@ def _page_blocks(sess: ShopSession, sid: str) -> list[dict[str, Any]]:
     kw_seg = encode_segment(st.keywords)
 
     def item_url(asin: str, options: Mapping[str, str]) -> str:
-        return url_for("item_page", session_id=sid, asin=encode_segment(asin), keywords=kw_seg,
+        return url_for(".item_page", session_id=sid, asin=encode_segment(asin), keywords=kw_seg,
                        page=st.results_page, options=encode_segment(_options_json(options)))
 
     def results_url(page: int) -> str:
-        return url_for("search_results", session_id=sid, keywords=kw_seg, page=page)
+        return url_for(".search_results", session_id=sid, keywords=kw_seg, page=page)
 
     def button_href(text: str) -> str | None:
         key = text.strip().lower()
         if key == NAV_BUTTONS["back"].lower():
-            return url_for("index", session_id=sid)
+            return url_for(".index", session_id=sid)
         if key == NAV_BUTTONS["next"].lower():
             return results_url(st.results_page + 1)
         if key == NAV_BUTTONS["prev"].lower():
             if st.page == "results":
                 return results_url(st.results_page - 1)
             if st.page == "item":
-                return results_url(st.results_page) if st.keywords else url_for("index", session_id=sid)
+                return results_url(st.results_page) if st.keywords else url_for(".index", session_id=sid)
             return item_url(st.asin or "", st.options)
         if key in SUB_PAGES:
-            return url_for("item_sub_page", session_id=sid, asin=encode_segment(st.asin), keywords=kw_seg,
+            return url_for(".item_sub_page", session_id=sid, asin=encode_segment(st.asin), keywords=kw_seg,
                            page=st.results_page, sub_page=key,
                            options=encode_segment(_options_json(st.options)))
         if key == NAV_BUTTONS["buy"].lower():
-            return url_for("done", session_id=sid, asin=encode_segment(st.asin),
+            return url_for(".done", session_id=sid, asin=encode_segment(st.asin),
                            options=encode_segment(_options_json(st.options)))
         return None
 
@@ -387,176 +395,206 @@ def _parse_options(raw: str) -> dict[str, str]:
     return value
 
 
-# --------------------------------------------------------------------------- the app
-def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: str | NounTagger = "auto",
-               goal_kind: str = "human", max_sessions: int = 4096) -> Flask:
-    """Build the Flask application.
+# --------------------------------------------------------------------------- the views
+#: Templates render with the shop's own Jinja environment (autoescaping on every template,
+#: trimmed blocks), so pages are byte-identical in whatever app the blueprint is mounted.
+_TEMPLATES = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).with_name("templates")),
+                                autoescape=True, trim_blocks=True, lstrip_blocks=True, auto_reload=False)
+_TEMPLATES.globals["url_for"] = url_for
 
-    Args:
-        catalogue: A catalogue, a :class:`CatalogueSpec` (built once per process and shared),
-            or None for the default generated catalogue.
-        tagger: Noun tagger (name for :func:`get_tagger`, or an instance).
-        goal_kind: Goal kind of sessions opened from a browser.
-        max_sessions: Sessions kept (least recently used ones are forgotten).
+#: The shop's routes, in registration order: (rule, endpoint = view method of _ShopViews, methods).
+_ROUTES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("/", "home", ("GET",)),
+    ("/favicon.ico", "favicon", ("GET",)),
+    ("/healthz", "healthz", ("GET",)),
+    ("/<session_id>", "index", ("GET", "POST")),
+    ("/search_results/<session_id>/<keywords>/<int:page>", "search_results", ("GET",)),
+    ("/item_page/<session_id>/<asin>/<keywords>/<int:page>/<options>", "item_page", ("GET",)),
+    ("/item_sub_page/<session_id>/<asin>/<keywords>/<int:page>/<sub_page>/<options>", "item_sub_page", ("GET",)),
+    ("/done/<session_id>/<asin>/<options>", "done", ("GET", "POST")),
+    ("/api/<session_id>/reset", "api_reset", ("POST",)),
+    ("/api/<session_id>/step", "api_step", ("POST",)),
+    ("/api/<session_id>/snapshot", "api_snapshot", ("GET",)),
+    ("/api/<session_id>", "api_close", ("DELETE",)),
+)
 
-    Returns:
-        The app; its :class:`ShopServer` is ``app.extensions["webshop"]``.
+
+def _check_sid(session_id: str) -> str:
+    if not SESSION_ID_RE.match(session_id):
+        abort(400, f"session ids are 1-{MAX_SESSION_ID_CHARS} letters, digits, '_' or '-'")
+    return session_id
+
+
+def _json_body() -> dict[str, Any]:
+    try:
+        body = json.loads(request.get_data(cache=True))
+    except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
+        abort(400, "the request body must be a JSON object (it is not valid JSON)")
+    except RecursionError:  # not a ValueError: it would escape as a 500
+        abort(400, "the request body must be a JSON object (this one is nested too deeply)")
+    if not isinstance(body, dict):
+        abort(400, "the request body must be a JSON object")
+    return body
+
+
+def _http_exception(code: int, message: str) -> HTTPException:
+    return default_exceptions[code](description=message)
+
+
+class _ShopViews:
+    """The views, hooks and error handlers of one :func:`webshop_blueprint` over a :class:`ShopServer`.
+
+    Every URL the views build is relative to where the blueprint is mounted; ``mounts`` (full
+    blueprint name -> URL prefix, filled when an app registers the blueprint) tells the hooks
+    which part of a request's path is the shop's own.
     """
-    cat = catalogue if isinstance(catalogue, Catalogue) else get_catalogue(catalogue or CatalogueSpec())
-    tag = get_tagger(tagger) if isinstance(tagger, str) else tagger
-    shop = ShopServer(cat, tag, goal_kind=goal_kind, max_sessions=max_sessions)
 
-    app = Flask(__name__, template_folder="templates", static_folder="static")
-    app.config.update(MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH, MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,
-                      MAX_FORM_PARTS=16, JSON_SORT_KEYS=False, TEMPLATES_AUTO_RELOAD=False)
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.jinja_env.autoescape = True  # every template, whatever its extension
-    app.jinja_env.trim_blocks = app.jinja_env.lstrip_blocks = True
-    app.url_map.merge_slashes = False
-    app.url_map.strict_slashes = False
-    app.extensions["webshop"] = shop
+    def __init__(self, shop: ShopServer) -> None:
+        self.shop = shop
+        self.mounts: dict[str, str] = {}
 
-    # ---------------------------------------------------------------- helpers
-    def check_sid(session_id: str) -> str:
-        if not SESSION_ID_RE.match(session_id):
-            abort(400, f"session ids are 1-{MAX_SESSION_ID_CHARS} letters, digits, '_' or '-'")
-        return session_id
+    def on_register(self, state: BlueprintSetupState) -> None:
+        name = f"{state.name_prefix}.{state.name}".lstrip(".")
+        self.mounts[name] = (state.url_prefix or "").rstrip("/")
 
-    def existing(session_id: str) -> _Entry:
-        entry = shop.sessions.get(check_sid(session_id))
+    # ---------------------------------------------------------------- where the request is
+    def _mount(self) -> tuple[str, str]:
+        """(blueprint name, URL prefix) of this request; app-wide hooks of create_app also see
+        requests no view matched: those belong to the (only) mount."""
+        if request.blueprint in self.mounts:
+            return request.blueprint, self.mounts[request.blueprint]
+        return next(iter(self.mounts.items()))
+
+    def _shop_path(self) -> str:
+        """The request's path below the mount point (``/api/x/step`` for ``/shop/api/x/step``)."""
+        return request.path.removeprefix(self._mount()[1])
+
+    def _wants_json(self) -> bool:
+        path = self._shop_path()
+        return path.startswith("/api/") or path == "/healthz"
+
+    def _render(self, template: str, status: int = 200, **context: Any) -> Response:
+        html = _TEMPLATES.get_template(template).render(blueprint=self._mount()[0], **context)
+        return Response(html, status=status, mimetype="text/html")
+
+    def _existing(self, session_id: str) -> _Entry:
+        entry = self.shop.sessions.get(_check_sid(session_id))
         if entry is None:
-            abort(404, f"unknown session {session_id!r}; open /{session_id} or POST /api/{session_id}/reset first")
+            prefix = self._mount()[1]
+            abort(404, f"unknown session {session_id!r}; open {prefix}/{session_id} or "
+                       f"POST {prefix}/api/{session_id}/reset first")
         return entry
 
-    def keywords_arg(raw: str) -> str | None:
-        return decode_segment(raw)  # the session checks the length (RouteError -> 400)
-
-    def render(entry: _Entry, status: int = 200) -> Response:
+    def _render_page(self, entry: _Entry, status: int = 200) -> Response:
         sess = entry.session
         st = sess.state
         title = {"start": "WebShop", "results": f"Results for {st.keywords or ''}",
                  "item": sess.product.name if sess.product else "Item",
                  "item_sub": f"{(st.sub_page or '').capitalize()}", "done": "Thank you"}[st.page]
-        html = render_template("page.html", page=st.page, title=title, session_id=sess.session_id,
-                               blocks=_page_blocks(sess, sess.session_id), keywords=st.keywords)
-        return Response(html, status=status, mimetype="text/html")
-
-    def wants_json() -> bool:
-        return request.path.startswith("/api/") or request.path == "/healthz"
+        return self._render("page.html", status, page=st.page, title=title, session_id=sess.session_id,
+                            blocks=_page_blocks(sess, sess.session_id), keywords=st.keywords)
 
     # ---------------------------------------------------------------- hooks
-    @app.before_request
-    def _limits() -> None:
+    def check_url_length(self) -> None:
         raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or request.path
         if len(raw) > MAX_URL_CHARS or len(request.path) > MAX_URL_CHARS:
             abort(414, f"URLs longer than {MAX_URL_CHARS} characters are refused")
 
-    @app.after_request
-    def _headers(resp: Response) -> Response:
+    def add_headers(self, resp: Response) -> Response:
         resp.headers.setdefault("Content-Security-Policy", _CSP)
         resp.headers.setdefault("X-Content-Type-Options", "nosniff")
         resp.headers.setdefault("X-Frame-Options", "DENY")
         resp.headers.setdefault("Referrer-Policy", "no-referrer")
-        if not request.path.startswith("/static/"):  # pages and API answers are never cached
+        if not self._shop_path().startswith("/static/"):  # pages and API answers are never cached
             resp.headers.setdefault("Cache-Control", "no-store")
         return resp
 
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException) -> Response:
+    def http_error(self, exc: HTTPException) -> Response:
         code = exc.code or 500
         message = exc.description or exc.name
-        if wants_json():
+        if self._wants_json():
             resp = jsonify(error=exc.name, message=message, status=code)
             resp.status_code = code
         else:
-            resp = Response(render_template("error.html", code=code, name=exc.name, message=message),
-                            status=code, mimetype="text/html")
+            resp = self._render("error.html", code, code=code, name=exc.name, message=message)
         if code == 405 and hasattr(exc, "valid_methods") and exc.valid_methods:
             resp.headers["Allow"] = ", ".join(exc.valid_methods)
         return resp
 
-    def _mk(code: int, message: str) -> HTTPException:
-        return default_exceptions[code](description=message)
+    def route_error(self, exc: RouteError) -> Response:
+        return self.http_error(_http_exception(404 if str(exc).startswith("unknown product") else 400, str(exc)))
 
-    @app.errorhandler(RouteError)
-    def _route_error(exc: RouteError) -> Response:
-        return _http_error(_mk(404 if str(exc).startswith("unknown product") else 400, str(exc)))
-
-    @app.errorhandler(Exception)
-    def _unexpected(exc: Exception) -> Response:  # pragma: no cover - a bug if reached
+    def unexpected(self, exc: Exception) -> Response:  # pragma: no cover - a bug if reached
         logger.exception("unexpected error serving %s", request.path)
-        return _http_error(_mk(500, f"internal error: {type(exc).__name__}"))
+        return self.http_error(_http_exception(500, f"internal error: {type(exc).__name__}"))
 
     # ---------------------------------------------------------------- HTML routes
-    @app.get("/")
-    def home() -> Response:
-        return redirect(url_for("index", session_id=uuid.uuid4().hex[:16]), code=302)
+    def home(self) -> Response:
+        return redirect(url_for(".index", session_id=uuid.uuid4().hex[:16]), code=302)
 
-    @app.get("/favicon.ico")
-    def favicon() -> Response:
+    def favicon(self) -> Response:
         return Response(status=204, headers={"Cache-Control": "max-age=86400"})
 
-    @app.get("/healthz")
-    def healthz() -> Response:
+    def healthz(self) -> Response:
+        shop, cat = self.shop, self.shop.catalogue
         return jsonify(status="ok", catalogue=cat.description, products=len(cat.products),
                        goals={k: len(cat.goal_list(k)) for k in ("human", "synthetic")},
                        tagger=shop.tagger.name, sessions=len(shop.sessions))
 
-    @app.route("/<session_id>", methods=["GET", "POST"])
-    def index(session_id: str) -> Response:
-        sid = check_sid(session_id)
-        entry = shop.sessions.get(sid)
+    def index(self, session_id: str) -> Response:
+        """The start page (GET: opens the session, or starts a finished one over) or a search (POST)."""
+        sid = _check_sid(session_id)
+        entry = self.shop.sessions.get(sid)
         if request.method == "POST":
-            if entry is None:
-                abort(404, f"unknown session {sid!r}; open /{sid} first")
-            query = request.form.get("search_query")
-            if query is None:
-                abort(400, "the search form needs a search_query field")
-            if len(query) > 4 * MAX_KEYWORDS_CHARS:
-                abort(400, f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
-            with entry.lock:
-                entry.session.goto_results(query, 1)
-                kw = entry.session.state.keywords
-            return redirect(url_for("search_results", session_id=sid, keywords=encode_segment(kw), page=1),
-                            code=303)
+            return self._search(sid, entry)
         if entry is None:
-            entry = shop.new_session(sid, shop.goal_for_new_session(sid))
+            entry = self.shop.new_session(sid, self.shop.goal_for_new_session(sid))
         with entry.lock:
             if entry.session.state.done:  # a finished episode starts over on the same goal
-                entry = shop.new_session(sid, entry.session.goal, entry.session.tagger)
+                entry = self.shop.new_session(sid, entry.session.goal, entry.session.tagger)
             entry.session.goto_start()
-            return render(entry)
+            return self._render_page(entry)
 
-    @app.get("/search_results/<session_id>/<keywords>/<int:page>")
-    def search_results(session_id: str, keywords: str, page: int) -> Response:
-        entry = existing(session_id)
-        kw = keywords_arg(keywords)
+    def _search(self, sid: str, entry: _Entry | None) -> Response:
+        if entry is None:
+            abort(404, f"unknown session {sid!r}; open {self._mount()[1]}/{sid} first")
+        query = request.form.get("search_query")
+        if query is None:
+            abort(400, "the search form needs a search_query field")
+        if len(query) > 4 * MAX_KEYWORDS_CHARS:
+            abort(400, f"search keywords longer than {MAX_KEYWORDS_CHARS} characters")
+        with entry.lock:
+            entry.session.goto_results(query, 1)
+            kw = entry.session.state.keywords
+        return redirect(url_for(".search_results", session_id=sid, keywords=encode_segment(kw), page=1),
+                        code=303)
+
+    def search_results(self, session_id: str, keywords: str, page: int) -> Response:
+        entry = self._existing(session_id)
+        kw = decode_segment(keywords)  # the session checks the length (RouteError -> 400)
         if kw is None:
             abort(400, "search keywords are empty")
         with entry.lock:
             entry.session.goto_results(kw, page)
-            return render(entry)
+            return self._render_page(entry)
 
-    @app.get("/item_page/<session_id>/<asin>/<keywords>/<int:page>/<options>")
-    def item_page(session_id: str, asin: str, keywords: str, page: int, options: str) -> Response:
-        entry = existing(session_id)
-        kw, opts = keywords_arg(keywords), _parse_options(options)
+    def item_page(self, session_id: str, asin: str, keywords: str, page: int, options: str) -> Response:
+        entry = self._existing(session_id)
+        kw, opts = decode_segment(keywords), _parse_options(options)
         with entry.lock:
             entry.session.goto_item(decode_segment(asin) or "", kw, page, opts)
-            return render(entry)
+            return self._render_page(entry)
 
-    @app.get("/item_sub_page/<session_id>/<asin>/<keywords>/<int:page>/<sub_page>/<options>")
-    def item_sub_page(session_id: str, asin: str, keywords: str, page: int, sub_page: str,
+    def item_sub_page(self, session_id: str, asin: str, keywords: str, page: int, sub_page: str,
                       options: str) -> Response:
-        entry = existing(session_id)
-        kw, opts = keywords_arg(keywords), _parse_options(options)
+        entry = self._existing(session_id)
+        kw, opts = decode_segment(keywords), _parse_options(options)
         with entry.lock:
             entry.session.goto_sub(decode_segment(asin) or "", kw, page, sub_page, opts)
-            return render(entry)
+            return self._render_page(entry)
 
-    @app.route("/done/<session_id>/<asin>/<options>", methods=["GET", "POST"])
-    def done(session_id: str, asin: str, options: str) -> Response:
-        entry = existing(session_id)
+    def done(self, session_id: str, asin: str, options: str) -> Response:
+        entry = self._existing(session_id)
         opts = _parse_options(options)
         product = (decode_segment(asin) or "").upper()
         with entry.lock:
@@ -568,24 +606,13 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
                 entry.session.buy(product, opts)
             if request.method == "POST":
                 return redirect(request.path, code=303)
-            return render(entry)
+            return self._render_page(entry)
 
     # ---------------------------------------------------------------- JSON API
-    def json_body() -> dict[str, Any]:
-        try:
-            body = json.loads(request.get_data(cache=True))
-        except (ValueError, UnicodeDecodeError):  # JSONDecodeError is a ValueError
-            abort(400, "the request body must be a JSON object (it is not valid JSON)")
-        except RecursionError:  # not a ValueError: it would escape as a 500
-            abort(400, "the request body must be a JSON object (this one is nested too deeply)")
-        if not isinstance(body, dict):
-            abort(400, "the request body must be a JSON object")
-        return body
-
-    @app.post("/api/<session_id>/reset")
-    def api_reset(session_id: str) -> Response:
-        sid = check_sid(session_id)
-        body = json_body() if request.get_data(cache=True) else {}
+    def api_reset(self, session_id: str) -> Response:
+        shop, cat = self.shop, self.shop.catalogue
+        sid = _check_sid(session_id)
+        body = _json_body() if request.get_data(cache=True) else {}
         kind = body.get("kind", shop.goal_kind)
         if kind not in ("human", "synthetic"):  # checked with or without a task
             abort(400, f"kind must be 'human' or 'synthetic', got {str(kind)[:40]!r}")
@@ -602,10 +629,9 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
                                                       "instruction": goal.instruction},
                        tagger=entry.session.tagger.name, catalogue=cat.description)
 
-    @app.post("/api/<session_id>/step")
-    def api_step(session_id: str) -> Response:
-        entry = existing(session_id)
-        action = json_body().get("action")
+    def api_step(self, session_id: str) -> Response:
+        entry = self._existing(session_id)
+        action = _json_body().get("action")
         if not isinstance(action, str):
             abort(400, "'action' must be a string such as 'search[red shoes]' or 'click[buy now]'")
         if len(action) > MAX_ACTION_CHARS:
@@ -617,16 +643,83 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
                                 "feedback": outcome.feedback, "kind": outcome.kind},
                        snapshot=snap.to_dict())
 
-    @app.get("/api/<session_id>/snapshot")
-    def api_snapshot(session_id: str) -> Response:
-        entry = existing(session_id)
+    def api_snapshot(self, session_id: str) -> Response:
+        entry = self._existing(session_id)
         with entry.lock:
             return jsonify(snapshot=entry.session.snapshot().to_dict())
 
-    @app.delete("/api/<session_id>")
-    def api_close(session_id: str) -> Response:
-        return jsonify(closed=shop.sessions.delete(check_sid(session_id)))
+    def api_close(self, session_id: str) -> Response:
+        return jsonify(closed=self.shop.sessions.delete(_check_sid(session_id)))
 
+
+def webshop_blueprint(shop: ShopServer, *, name: str = "webshop", app_wide: bool = False) -> Blueprint:
+    """The shop's pages, static files and JSON API as a Flask blueprint, to mount in any app.
+
+    Args:
+        shop: The shop (catalogue, tagger, goals, sessions) the views serve.
+        name: The blueprint's name (endpoints are ``<name>.index``, ``<name>.api_step``, ...).
+        app_wide: Apply the URL-length limit, the security headers and the error pages (JSON
+            under ``/api/`` and for ``/healthz``, HTML elsewhere) to every request of the app, as
+            :func:`create_app` does; by default they apply to the blueprint's requests only.
+
+    The host app's settings still apply: :func:`create_app` also caps request bodies
+    (``MAX_CONTENT_LENGTH``, ...), keeps JSON keys in order and neither merges slashes nor
+    redirects trailing ones.
+
+    Example:
+        >>> from flask import Flask
+        >>> from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
+        >>> shop = ShopServer(get_catalogue(CatalogueSpec(num_products=120)), get_tagger("lexicon"))
+        >>> app = Flask("my_app")
+        >>> app.register_blueprint(webshop_blueprint(shop), url_prefix="/shop")
+        >>> client = app.test_client()
+        >>> client.post("/shop/api/demo/reset", json={"task": 0}).json["snapshot"]["page"]
+        'start'
+    """
+    views = _ShopViews(shop)
+    bp = Blueprint(name, __name__, static_folder="static", static_url_path="/static")
+    bp.record(views.on_register)
+    if app_wide:
+        before, after, on_error = bp.before_app_request, bp.after_app_request, bp.app_errorhandler
+    else:
+        before, after, on_error = bp.before_request, bp.after_request, bp.errorhandler
+    before(views.check_url_length)
+    after(views.add_headers)
+    on_error(HTTPException)(views.http_error)
+    on_error(RouteError)(views.route_error)
+    on_error(Exception)(views.unexpected)
+    for rule, endpoint, methods in _ROUTES:
+        bp.add_url_rule(rule, endpoint, getattr(views, endpoint), methods=list(methods))
+    return bp
+
+
+# --------------------------------------------------------------------------- the app
+def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: str | NounTagger = "auto",
+               goal_kind: str = "human", max_sessions: int = 4096) -> Flask:
+    """Build the Flask application: :func:`webshop_blueprint` at the root, app-wide.
+
+    Args:
+        catalogue: A catalogue, a :class:`CatalogueSpec` (built once per process and shared),
+            or None for the default generated catalogue.
+        tagger: Noun tagger (name for :func:`get_tagger`, or an instance).
+        goal_kind: Goal kind of sessions opened from a browser.
+        max_sessions: Sessions kept (least recently used ones are forgotten).
+
+    Returns:
+        The app; its :class:`ShopServer` is ``app.extensions["webshop"]``.
+    """
+    cat = catalogue if isinstance(catalogue, Catalogue) else get_catalogue(catalogue or CatalogueSpec())
+    tag = get_tagger(tagger) if isinstance(tagger, str) else tagger
+    shop = ShopServer(cat, tag, goal_kind=goal_kind, max_sessions=max_sessions)
+
+    app = Flask(__name__, static_folder=None)  # the blueprint serves /static/
+    app.config.update(MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH, MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,
+                      MAX_FORM_PARTS=16, JSON_SORT_KEYS=False, TEMPLATES_AUTO_RELOAD=False)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.url_map.merge_slashes = False
+    app.url_map.strict_slashes = False
+    app.extensions["webshop"] = shop
+    app.register_blueprint(webshop_blueprint(shop, app_wide=True))
     return app
 
 
