@@ -183,7 +183,7 @@ def test_two_process_cpu_run_keeps_identical_weights(tmp_path):
     assert sorted(p.name for p in (tmp_path / "ddp" / "rollouts").glob("update_*")) == [
         "update_00001.rank0.jsonl", "update_00001.rank1.jsonl"]
     phases = [r["phase"] for r in read_metrics(tmp_path / "ddp")]
-    assert phases[:4] == ["eval", "warm_start", "eval_warm_start", "train"]
+    assert phases[:5] == ["run", "eval", "warm_start", "eval_warm_start", "train"] and phases[-1] == "end"
 
 
 @pytest.mark.slow

@@ -141,8 +141,8 @@ def test_trainer_warm_start_runs_before_the_first_update_and_is_reported(tmp_pat
     summary = trainer.train()
     records = read_metrics(summary["run_dir"])
     phases = [r["phase"] for r in records]
-    # validation before the warm start, the warm start, validation after it, then the update
-    assert phases[:4] == ["eval", "warm_start", "eval_warm_start", "train"]
+    # the run's identity, validation before the warm start, the warm start, validation after it, the update
+    assert phases[:5] == ["run", "eval", "warm_start", "eval_warm_start", "train"] and phases[-1] == "end"
     warm = summary["warm_start"]
     assert warm["tasks"] == 3 and 3 * 3 <= warm["rows"] <= 3 * 4 and warm["steps"] == 2 * -(-warm["rows"] // 8)
     assert 0.0 <= warm["val_success"] <= 1.0 and summary["warm_start_eval"]["episodes"] == 2

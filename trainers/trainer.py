@@ -59,7 +59,7 @@ from trainers.checkpoint import (
 from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics, l5, normalized_auc
 from trainers.generation import choice_logprobs, make_backend
-from trainers.metrics import MetricsLogger
+from trainers.metrics import MetricsLogger, run_identity
 from trainers.models import apply_lora, load_policy, train_top_layers
 from trainers.objective import PackedBatch, pack_rows, sequence_logprobs
 from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
@@ -503,6 +503,8 @@ class Trainer:
         t_start = time.perf_counter()
         cpu_start = time.process_time()
         try:
+            if self.start_update == 0 and not self.eval_history:  # the run's identity (trainers.metrics)
+                self.metrics.log(0, "run", run_identity("trainer", cfg.env_id, cfg.estimator, "", cfg.seed, cfg.to_dict()))
             if self.start_update == 0 and cfg.eval_at_start and not self.eval_history:
                 self._eval_and_log(0)
             if self.start_update == 0 and cfg.warm_start_tasks:
@@ -526,6 +528,9 @@ class Trainer:
             cpu = {"trainer_s": time.process_time() - cpu_start, "env_workers_s": self.pool.worker_cpu_seconds(),
                    "torch_threads": torch.get_num_threads()}
             summary = self._summary(time.perf_counter() - t_start, cpu)
+            if end == cfg.updates:  # finished: the end record (trainers.metrics)
+                self.metrics.log(end, "end", {"seconds": summary["seconds"], "cpu_seconds": sum(
+                    c.get("trainer_s", 0.0) + c.get("env_workers_s", 0.0) for c in summary["cpu"] if c)})
         finally:
             progress.close()
             self.pool.close()
