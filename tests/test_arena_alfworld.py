@@ -55,14 +55,14 @@ def test_warm_start_generalises_to_held_out_generated_alfworld(tmp_path: Path) -
 
     run_one(cfg, "grpo", 0, tmp_path)
     recs = [json.loads(line) for line in (tmp_path / "runs" / "grpo__seed0" / "metrics.jsonl").open()]
-    evals = [r for r in recs if r["kind"] == "eval"]
-    trains = [r for r in recs if r["kind"] == "train"]
+    evals = [r for r in recs if r["phase"] == "eval"]
+    trains = [r for r in recs if r["phase"] == "train"]
     assert [r["update"] for r in evals] == [0, 3]  # after the warm start, after the updates
-    config = next(r for r in recs if r["kind"] == "config")
+    config = next(r for r in recs if r["phase"] == "run")
     # 36 walkthroughs of 4-8 steps each: well over 100 cloned decisions
     assert config["warm_start"]["demo_rows"] > 100
     # the estimator sees wins: at least one group per update has a successful sibling
-    assert all(r["groups_with_success"] >= 1 for r in trains)
+    assert all(r["train/groups_with_success"] >= 1 for r in trains)
     cloned_success = evals[0]["success"]
     # at least 3 more held-out wins out of 12 than the untrained policy, before any RL update
     assert cloned_success - untrained["success"] >= 3 / 12 - 1e-9

@@ -29,7 +29,7 @@ def test_arena_cli_prints_the_mde_and_rescaled_advantages_train_identically(tmp_
     rms = {}
     for m in ("rloo", "rloo:x4"):
         recs = [json.loads(line) for line in (out / "runs" / f"{m}__seed0" / "metrics.jsonl").open()]
-        rms[m] = [r["loss"]["adv_rms"] for r in recs if r["kind"] == "train"]
+        rms[m] = [r["opt/adv_rms"] for r in recs if r["phase"] == "train"]
     assert any(x > 0 for x in rms["rloo"])
     assert rms["rloo:x4"] == pytest.approx([4 * x for x in rms["rloo"]], rel=1e-12)
 
@@ -43,6 +43,8 @@ def test_arena_cli_no_rl_never_moves_the_policy(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     recs = [json.loads(line) for line in (out / "runs" / "grpo__seed0" / "metrics.jsonl").open()]
-    assert next(r for r in recs if r["kind"] == "config")["arena"]["rl"] is False
-    trains = [r for r in recs if r["kind"] == "train"]
-    assert len(trains) == 3 and all(set(r["loss"]) == {"adv_rms", "adv_rms_scaled"} for r in trains)  # no update ran
+    assert next(r for r in recs if r["phase"] == "run")["config"]["rl"] is False
+    trains = [r for r in recs if r["phase"] == "train"]
+    # no update ran: of the update rule's diagnostics only the advantages' RMS (and the row counts)
+    assert len(trains) == 3 and all({k for k in r if k.startswith("opt/")} == {
+        "opt/adv_rms", "opt/adv_rms_scaled", "opt/rows", "opt/pairs", "opt/optimize_s"} for r in trains)

@@ -84,21 +84,21 @@ def test_rescaling_every_advantage_changes_nothing(tmp_path: Path) -> None:
         run_one(cfg, "rloo", 0, tmp_path / str(scale))
         runs[scale] = _records(tmp_path / str(scale) / "runs" / "rloo__seed0" / "metrics.jsonl")
     ref = runs[1.0]
-    trains = [r for r in ref if r["kind"] == "train"]
-    assert any(r["loss"]["delta_norm"] > 0 for r in trains)  # the updates did move the policy
+    trains = [r for r in ref if r["phase"] == "train"]
+    assert any(r["opt/delta_norm"] > 0 for r in trains)  # the updates did move the policy
     for scale in (0.5, 2.0):
         other = runs[scale]
-        assert [r["success"] for r in other if r["kind"] == "eval"] == [r["success"] for r in ref if r["kind"] == "eval"]
-        for a, b in zip(trains, [r for r in other if r["kind"] == "train"]):
-            assert b["tasks"] == a["tasks"] and b["success"] == a["success"]
-            assert b["loss"]["adv_rms"] == pytest.approx(scale * a["loss"]["adv_rms"], rel=1e-12)
-            assert b["loss"]["kl"] == pytest.approx(a["loss"]["kl"], rel=1e-6, abs=1e-12)
-            assert b["loss"]["delta_norm"] == pytest.approx(a["loss"]["delta_norm"], rel=1e-6, abs=1e-12)
+        assert [r["success"] for r in other if r["phase"] == "eval"] == [r["success"] for r in ref if r["phase"] == "eval"]
+        for a, b in zip(trains, [r for r in other if r["phase"] == "train"]):
+            assert b["tasks"] == a["tasks"] and b["train/success"] == a["train/success"]
+            assert b["opt/adv_rms"] == pytest.approx(scale * a["opt/adv_rms"], rel=1e-12)
+            assert b["opt/kl"] == pytest.approx(a["opt/kl"], rel=1e-6, abs=1e-12)
+            assert b["opt/delta_norm"] == pytest.approx(a["opt/delta_norm"], rel=1e-6, abs=1e-12)
     # the control: without the running-RMS units the same rescaling does change the run
     cfg = ArenaConfig.for_env("webshop", **base, adv_scale=2.0, adv_norm="none")
     run_one(cfg, "rloo", 0, tmp_path / "none")
-    raw = [r for r in _records(tmp_path / "none" / "runs" / "rloo__seed0" / "metrics.jsonl") if r["kind"] == "train"]
-    assert any(b["loss"]["delta_norm"] != pytest.approx(a["loss"]["delta_norm"], rel=1e-3)
+    raw = [r for r in _records(tmp_path / "none" / "runs" / "rloo__seed0" / "metrics.jsonl") if r["phase"] == "train"]
+    assert any(b["opt/delta_norm"] != pytest.approx(a["opt/delta_norm"], rel=1e-3)
                for a, b in zip(trains, raw))
 
 
@@ -117,8 +117,8 @@ def test_grpo_learns_on_webshop_from_the_uniform_policy_and_the_control_does_not
         cfg = ArenaConfig.for_env("webshop", **setting, rl=rl)
         run_one(cfg, "grpo", 0, tmp_path / str(rl))
         recs = _records(tmp_path / str(rl) / "runs" / "grpo__seed0" / "metrics.jsonl")
-        train = [r["success"] for r in recs if r["kind"] == "train"]
-        evals = [r["success"] for r in recs if r["kind"] == "eval"]
+        train = [r["train/success"] for r in recs if r["phase"] == "train"]
+        evals = [r["success"] for r in recs if r["phase"] == "eval"]
         out[rl] = (train, np.mean(train[-5:]), evals)
     (train, last, evals), (c_train, c_last, c_evals) = out[True], out[False]
     assert train[0] == c_train[0] and evals[0] == c_evals[0]  # the same start: same draws, same policy

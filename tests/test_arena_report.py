@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from trainers.arena.report import MetricFileError, load_run, load_runs, write_report
+from trainers.metrics import arena_record
 from trainers.stats import paired_interval
 
 
@@ -26,7 +27,9 @@ def test_paired_student_t_interval_by_hand() -> None:
     assert m1 == 0.5 and math.isnan(sd1) and math.isnan(lo1) and math.isnan(hi1)
 
 
-def _write_run(root: Path, method: str, seed: int, success: list[float], credit: float) -> None:
+def _write_run(root: Path, method: str, seed: int, success: list[float], credit: float, legacy: bool) -> None:
+    """An arena metric file: as the arena writes it (the schema of trainers.metrics), or
+    ``legacy``, as it wrote it before (records keyed by ``kind``)."""
     d = root / "runs" / f"{method}__seed{seed}"
     d.mkdir(parents=True)
     lines = [{"kind": "config", "method": method, "seed": seed}]
@@ -35,6 +38,8 @@ def _write_run(root: Path, method: str, seed: int, success: list[float], credit:
         if k:
             lines.append({"kind": "train", "update": 5 * k, "success": s, "credit": {"pairs": credit * k}})
     lines.append({"kind": "end", "seconds": 10.0})
+    if not legacy:
+        lines = [arena_record(x) for x in lines]
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 
@@ -47,7 +52,8 @@ def _table_rows(md: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_table_agrees_with_metric_files(tmp_path: Path) -> None:
+@pytest.mark.parametrize("legacy", [False, True])
+def test_table_agrees_with_metric_files(tmp_path: Path, legacy: bool) -> None:
     curves = {
         ("grpo", 0): [0.0, 0.1, 0.2, 0.2, 0.3, 0.3],
         ("grpo", 1): [0.0, 0.0, 0.1, 0.2, 0.2, 0.4],
@@ -55,7 +61,7 @@ def test_table_agrees_with_metric_files(tmp_path: Path) -> None:
         ("mcgpo", 1): [0.0, 0.1, 0.3, 0.3, 0.5, 0.5],
     }
     for (m, s), c in curves.items():
-        _write_run(tmp_path, m, s, c, credit=1.0 if m == "mcgpo" else 0.0)
+        _write_run(tmp_path, m, s, c, credit=1.0 if m == "mcgpo" else 0.0, legacy=legacy)
     summary = write_report(tmp_path, baseline="grpo")
     md = (tmp_path / "results.md").read_text()
     assert (tmp_path / "curves.png").stat().st_size > 1000
@@ -64,7 +70,7 @@ def test_table_agrees_with_metric_files(tmp_path: Path) -> None:
     per = {}
     for m, s in curves:
         recs = [json.loads(x) for x in (tmp_path / "runs" / f"{m}__seed{s}" / "metrics.jsonl").read_text().splitlines()]
-        ev = [r for r in recs if r["kind"] == "eval"]
+        ev = [r for r in recs if r.get("kind", r.get("phase")) == "eval"]
         succ = np.array([r["success"] for r in ev])
         ups = np.array([r["update"] for r in ev], dtype=float)
         per[(m, s)] = (succ[-5:].mean(), np.trapezoid(succ, ups) / (ups[-1] - ups[0]))

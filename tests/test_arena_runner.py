@@ -87,9 +87,8 @@ def _records(path: Path) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
         rec = json.loads(line)
-        rec.pop("time", None)
-        rec.pop("seconds", None)
-        rec.pop("cpu_seconds", None)
+        for key in [k for k in rec if k in ("time", "seconds", "cpu_seconds") or k.endswith("_s")]:
+            rec.pop(key)  # wall-clock times
         out.append(rec)
     return out
 
@@ -102,9 +101,10 @@ def test_same_inputs_give_the_same_numbers(tmp_path: Path) -> None:
     a = _records(tmp_path / "a" / "runs" / "mcgpo__seed3" / "metrics.jsonl")
     b = _records(tmp_path / "b" / "runs" / "mcgpo__seed3" / "metrics.jsonl")
     assert a == b
-    kinds = [r["kind"] for r in a]
-    # config, eval@0, train 1, train 2, eval@2, train 3, eval@3, end
-    assert kinds == ["config", "eval", "train", "train", "eval", "train", "eval", "end"]
+    phases = [r["phase"] for r in a]
+    # the run's identity, eval@0, train 1, train 2, eval@2, train 3, eval@3, end (trainers.metrics)
+    assert phases == ["run", "eval", "train", "train", "eval", "train", "eval", "end"]
+    assert [r["update"] for r in a] == [0, 0, 1, 2, 2, 3, 3, 3]
     run_one(cfg, "mcgpo", 4, tmp_path / "c")
     c = _records(tmp_path / "c" / "runs" / "mcgpo__seed4" / "metrics.jsonl")
     assert [r.get("tasks") for r in c] != [r.get("tasks") for r in a]  # another seed, other draws
@@ -119,7 +119,7 @@ def test_arena_report_table_agrees_with_its_run_files(tmp_path: Path) -> None:
         l5s = []
         for seed in (0, 1):
             recs = _records(tmp_path / "runs" / f"{method}__seed{seed}" / "metrics.jsonl")
-            ev = [r["success"] for r in recs if r["kind"] == "eval"]
+            ev = [r["success"] for r in recs if r["phase"] == "eval"]
             assert len(ev) == 3  # updates 0, 2, 3
             l5s.append(np.mean(ev[1:][-5:]))  # L5 never counts the update-0 evaluation
         row = next(line for line in md.splitlines() if line.startswith(f"| {method} |"))
@@ -129,8 +129,8 @@ def test_arena_report_table_agrees_with_its_run_files(tmp_path: Path) -> None:
     assert (tmp_path / "curves.png").stat().st_size > 1000
     # the no-pair-loss variant still builds preferences but never trains on them
     recs = _records(tmp_path / "runs" / "mcgpo:no_pair_loss__seed0" / "metrics.jsonl")
-    assert all(r["loss"]["pair_loss"] >= 0 for r in recs if r["kind"] == "train")
-    config = next(r for r in recs if r["kind"] == "config")
+    assert all(r["opt/pair_loss"] >= 0 for r in recs if r["phase"] == "train")
+    config = next(r for r in recs if r["phase"] == "run")
     assert config["objective"]["pair_coef"] == 0.0
 
 
@@ -142,7 +142,7 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     run_arena(cfg, ["grpo"], [0], tmp_path, workers=1)
     path = tmp_path / "runs" / "grpo__seed0" / "metrics.jsonl"
     end = completed_run(cfg, "grpo", 0, tmp_path)
-    assert end is not None and end["kind"] == "end"
+    assert end is not None and end["phase"] == "end"
     stamp = path.stat().st_mtime_ns
     run_arena(cfg, ["grpo"], [0], tmp_path, workers=1)  # found finished: not run again
     assert path.stat().st_mtime_ns == stamp

@@ -1,52 +1,585 @@
-"""Run reports: learning curves and credit diagnostics to PNG, text summaries, and
-multi-run comparisons with paired Student-t intervals (SPEC §6).
+"""The one report of every run, trainer's and arena's alike (SPEC §6).
 
-``write_run_report(run_dir)`` writes ``curves.png`` and ``summary.txt`` into a run folder;
-``compare_runs(run_dirs)`` groups runs by method (estimator) and pairs them by seed.
+Both write the schema of :mod:`trainers.metrics`, so one reader serves both:
+
+* :func:`load_run` reads one run folder (any ``metrics.jsonl``: a ``rubricgym train`` run,
+  an arena ``runs/<method>__seed<k>`` folder, or an arena file from before the schema);
+  :func:`find_runs` finds every run folder under the given paths;
+* :func:`summarize` groups the runs by *setting* (source, env and the whole configuration
+  apart from method and seed: :func:`setting_id`) and method (``estimator[:variant]``), gives
+  per group the readouts over seeds (mean, sample SD, per seed), and within each setting the
+  paired differences of every method to the setting's baseline over the seeds both have,
+  with 95% Student-t intervals (df = n − 1) and the minimum detectable difference;
+* :func:`write_markdown` / :func:`write_report` write that as one table (``results.md``),
+  ``results.json``, ``curves.png`` and ``diagnostics.png`` — what ``rubricgym report`` and
+  ``rubricgym arena`` print;
+* :func:`write_run_report` draws one run's ``curves.png`` and ``summary.txt`` (the trainer
+  does at the end of a run).
+
+Readouts (:mod:`trainers.stats`, the statistics of every report), from the ``eval``
+records (the last per update):
+
+* **L5** = mean validation success over the last five scheduled evaluations [MCGPO Eq. 14]
+  (over all of them when a run has fewer than five); the evaluation before the first update
+  is not scheduled and never counts;
+* **normalised AUC** = the trapezoidal area under the success curve (update 0, the
+  untrained policy, included) divided by the span of updates — the mean success over
+  training on a 0–1 scale;
+* **final** / **initial** success, **score L5** (L5 of the graded score), **invalid rate**
+  (mean over the evaluations of the share of inadmissible validation steps).
+
+Example:
+    >>> r = readouts([{"update": 0, "success": 0.0}, {"update": 5, "success": 0.5},
+    ...               {"update": 10, "success": 1.0}])
+    >>> r["L5"], r["AUC"], r["final"], r["initial"]
+    (0.75, 0.5, 1.0, 0.0)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import math
 import os
-from collections.abc import Sequence
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainers.evaluation import l5, normalized_auc, paired_interval
-from trainers.metrics import read_metrics
+import numpy as np
 
-__all__ = ["RunInfo", "compare_runs", "load_run", "plot_runs", "summary_text", "write_run_report"]
+from trainers.metrics import SCHEMA_VERSION, MetricFileError, read_metrics
+from trainers.stats import l5, mde, normalized_auc, paired_interval
+
+__all__ = [
+    "READOUTS",
+    "RUN_DIR_PATTERN",
+    "RunInfo",
+    "find_runs",
+    "load_run",
+    "plot_curves",
+    "plot_diagnostics",
+    "plot_runs",
+    "readouts",
+    "setting_id",
+    "summarize",
+    "summary_text",
+    "write_markdown",
+    "write_report",
+    "write_run_report",
+]
+
+log = logging.getLogger(__name__)
+
+#: Arena run folders are named ``<method>__seed<k>``.
+RUN_DIR_PATTERN = re.compile(r"^(?P<method>.+)__seed(?P<seed>-?\d+)$")
+
+#: The readouts of one run, in table order.
+READOUTS = ("L5", "AUC", "final", "initial", "score_L5", "invalid_rate")
+
+#: Configuration fields that name, place or pace a run without changing what it computes:
+#: not part of its setting (with the method's and the seed's).
+_NOT_SETTING = {
+    "trainer": frozenset({"seed", "estimator", "run_name", "output_dir", "progress", "tensorboard", "env_workers",
+                          "torch_threads", "save_rollouts", "save_every", "keep_checkpoints", "preset",
+                          "rollout_batch_size", "logprob_batch_rows"}),
+    "arena": frozenset({"save_rollouts", "memo", "fast_grammar"}),
+}
 
 
 class RunInfo(dict):
-    """What a report needs from a run folder: ``name``, ``method``, ``seed``, ``eval``
-    (list of eval records), ``train`` (list of train records), ``l5``, ``auc``."""
+    """One run as the report reads it (a dict).
+
+    Keys: ``name`` (folder name), ``path``, ``source`` (``trainer`` / ``arena``), ``env``,
+    ``estimator``, ``variant``, ``method``, ``seed``, ``setting`` (:func:`setting_id`),
+    ``config``, ``identity`` (the ``run`` record, ``{}`` for older files), ``eval`` (the
+    ``eval`` records with a ``success``, the last per update, in update order), ``train``
+    (the ``train`` records, likewise), ``end`` (the ``end`` record or ``None``),
+    ``complete`` (finished: an ``end`` record, or an older trainer run's ``summary.json``),
+    ``summary`` (the trainer's ``summary.json``, ``{}`` if none), ``readouts``
+    (:func:`readouts`), ``l5`` and ``auc`` (two of them), ``seconds`` and ``cpu_seconds``
+    (per run, NaN if unknown).
+    """
+
+
+def setting_id(source: str, env: Any, config: Mapping[str, Any]) -> str:
+    """Six hex digits naming a setting: ``source``, ``env`` and ``config`` without the fields
+    that only name, place or pace a run (its method and seed among them)."""
+    skip = _NOT_SETTING.get(source, frozenset())
+    kept = {k: v for k, v in (config or {}).items() if k not in skip}
+    text = json.dumps([source, env, kept], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:6]
+
+
+def readouts(evals: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """:data:`READOUTS` of the evaluation records (``update``, ``success``, optionally
+    ``score`` and ``invalid_rate``) in update order; NaN where there is nothing to read
+    (L5 and score L5 need an evaluation after update 0)."""
+    ev = [e for e in evals if e.get("success") is not None]
+    if not ev:
+        return dict.fromkeys(READOUTS, float("nan"))
+    ups = [float(e["update"]) for e in ev]
+    succ = [float(e["success"]) for e in ev]
+    score = [float(e["score"]) if e.get("score") is not None else s for e, s in zip(ev, succ)]
+    inv = [float(e.get("invalid_rate") or 0.0) for e in ev]
+    scheduled = any(u > 0 for u in ups)
+    return {
+        "L5": l5(ups, succ) if scheduled else float("nan"),
+        "AUC": normalized_auc(ups, succ),
+        "final": succ[-1],
+        "initial": succ[0],
+        "score_L5": l5(ups, score) if scheduled else float("nan"),
+        "invalid_rate": float(np.mean(inv)),
+    }
+
+
+def _last_per_update(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One record per update (a resumed run may repeat one: the last counts), in update order."""
+    return sorted({r["update"]: dict(r) for r in records}.values(), key=lambda r: r["update"])
+
+
+def _identity(run_dir: Path, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``source``, ``env``, ``estimator``, ``variant``, ``method``, ``seed``, ``config`` of a
+    run: its ``run`` record; for older files the trainer's ``config.yaml`` or the arena's
+    folder name (and its comparison's ``config.json``)."""
+    rec = next((r for r in reversed(records) if r["phase"] == "run"), None)
+    if rec is not None:
+        method = str(rec.get("method") or rec.get("estimator") or "?")
+        est, _, var = method.partition(":")
+        return {"source": rec.get("source", "?"), "env": rec.get("env"), "estimator": rec.get("estimator") or est,
+                "variant": rec.get("variant", var) or "", "method": method, "seed": int(rec.get("seed") or 0),
+                "config": rec.get("config") or {}, "identity": dict(rec)}
+    if (run_dir / "config.yaml").is_file():
+        import yaml
+
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        est = str(cfg.get("estimator", "?"))
+        return {"source": "trainer", "env": cfg.get("env_id"), "estimator": est, "variant": "", "method": est,
+                "seed": int(cfg.get("seed", 0)), "config": cfg, "identity": {}}
+    match = RUN_DIR_PATTERN.match(run_dir.name)
+    if match:
+        cfg: dict[str, Any] = {}
+        parent_cfg = run_dir.parent.parent / "config.json"  # <comparison>/runs/<method>__seed<k>
+        if parent_cfg.is_file():
+            try:
+                cfg = json.loads(parent_cfg.read_text(encoding="utf-8")).get("arena") or {}
+            except (ValueError, AttributeError):
+                cfg = {}
+        method = match.group("method")
+        est, _, var = method.partition(":")
+        return {"source": "arena", "env": cfg.get("env"), "estimator": est, "variant": var, "method": method,
+                "seed": int(match.group("seed")), "config": cfg, "identity": {}}
+    return {"source": "?", "env": None, "estimator": "?", "variant": "", "method": "?", "seed": 0, "config": {},
+            "identity": {}}
 
 
 def load_run(run_dir: str | os.PathLike[str]) -> RunInfo:
-    """Read a run folder's metrics and configuration."""
-    run_dir = Path(run_dir)
-    records = read_metrics(run_dir)
-    cfg: dict[str, Any] = {}
-    cfg_path = run_dir / "config.yaml"
-    if cfg_path.is_file():
-        import yaml
+    """Read one run folder (or its ``metrics.jsonl``), trainer's or arena's.
 
-        cfg = yaml.safe_load(cfg_path.read_text()) or {}
-    evals = sorted((r for r in records if r.get("phase") == "eval"), key=lambda r: r["update"])
-    # a resumed run may repeat an evaluation; keep the last record per update
-    evals = list({r["update"]: r for r in evals}.values())
-    train = sorted({r["update"]: r for r in records if r.get("phase") == "train"}.values(), key=lambda r: r["update"])
-    curve = [(r["update"], r.get("success", 0.0)) for r in evals]
+    Raises:
+        FileNotFoundError: no ``metrics.jsonl``.
+        MetricFileError: a corrupt line or record (names the file and line), or a
+            ``summary.json`` that is not JSON.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.name == "metrics.jsonl" and not run_dir.is_dir():
+        run_dir = run_dir.parent
+    records = read_metrics(run_dir)
+    ident = _identity(run_dir, records)
+    evals = _last_per_update(r for r in records if r["phase"] == "eval" and r.get("success") is not None)
+    train = _last_per_update(r for r in records if r["phase"] == "train")
+    end = next((r for r in reversed(records) if r["phase"] == "end"), None)
     summary: dict[str, Any] = {}
     if (run_dir / "summary.json").is_file():
         try:
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{run_dir / 'summary.json'}: not JSON: {exc}") from None
-    return RunInfo(name=run_dir.name, path=str(run_dir), method=cfg.get("estimator", "?"), seed=cfg.get("seed", 0),
-                   eval=evals, train=train, l5=l5(curve), auc=normalized_auc(curve), config=cfg, summary=summary)
+            raise MetricFileError(f"{run_dir / 'summary.json'}: not JSON: {exc}") from None
+    seconds = (end or {}).get("seconds", summary.get("seconds"))
+    cpu = (end or {}).get("cpu_seconds")
+    if cpu is None and summary.get("cpu"):
+        cpu = sum(c.get("trainer_s", 0.0) + c.get("env_workers_s", 0.0) for c in summary["cpu"] if c)
+    ro = readouts(evals)
+    return RunInfo(
+        name=run_dir.name, path=str(run_dir), **ident,
+        setting=setting_id(ident["source"], ident["env"], ident["config"]),
+        eval=evals, train=train, end=end, complete=end is not None or (ident["source"] == "trainer" and bool(summary)),
+        summary=summary, readouts=ro, l5=ro["L5"], auc=ro["AUC"],
+        seconds=float("nan") if seconds is None else float(seconds),
+        cpu_seconds=float("nan") if cpu is None else float(cpu),
+    )
+
+
+def _run_folders(path: Path) -> list[Path]:
+    """``path`` if it is a run folder, else every run folder below it (none inside another)."""
+    if (path / "metrics.jsonl").is_file():
+        return [path]
+    found = []
+    for root, subdirs, files in os.walk(path):
+        if "metrics.jsonl" in files:
+            found.append(Path(root))
+            subdirs[:] = []  # checkpoints, rollouts, tensorboard: no runs in there
+        else:
+            if "metrics.jsonl.partial" in files:
+                log.warning("skipping %s: an arena run still running (or interrupted)", root)
+            subdirs.sort()
+    return sorted(found)
+
+
+def find_runs(paths: Iterable[str | os.PathLike[str]], *, partial: bool = False) -> list[RunInfo]:
+    """Every run under ``paths`` (run folders, their ``metrics.jsonl``, or folders above them).
+
+    Runs without an evaluation, and unfinished ones (no ``end`` record: running, or
+    interrupted) found below a folder unless ``partial``, are left out with a warning (an
+    unfinished run folder named itself is reported, with a warning); a run met twice (the
+    same setting, method and seed in two folders) counts once, the first.
+
+    Raises:
+        MetricFileError: a path that does not exist or holds no run, no run left to
+            report, or a corrupt metric file (names it).
+    """
+    folders: list[Path] = []
+    named: set[Path] = set()
+    for p in paths:
+        p = Path(p)
+        if p.name == "metrics.jsonl" and p.is_file():
+            p = p.parent
+        if not p.exists():
+            raise MetricFileError(f"{p}: no such file or folder")
+        found = _run_folders(p)
+        if found == [p]:
+            named.add(p.resolve())
+        if not found:
+            raise MetricFileError(f"{p}: no run folder (one holding metrics.jsonl) there or below it")
+        folders += found
+    runs: list[RunInfo] = []
+    seen_paths: set[Path] = set()
+    seen: dict[tuple[str, str, int], str] = {}
+    for folder in folders:
+        if folder.resolve() in seen_paths:
+            continue
+        seen_paths.add(folder.resolve())
+        run = load_run(folder)
+        if not run["eval"]:
+            log.warning("skipping %s: no evaluation yet", folder)
+            continue
+        if not run["complete"]:
+            if not partial and folder.resolve() not in named:
+                log.warning("skipping %s: unfinished (running or interrupted; --partial reports it)", folder)
+                continue
+            log.warning("%s is unfinished (running or interrupted): reporting its %d evaluation(s)", folder,
+                        len(run["eval"]))
+        key = (run["setting"], run["method"], run["seed"])
+        if key in seen:
+            log.warning("skipping %s: the same run (setting %s, %s, seed %d) as %s", folder, *key, seen[key])
+            continue
+        seen[key] = str(folder)
+        runs.append(run)
+    if not runs:
+        raise MetricFileError("no run to report under " + ", ".join(str(p) for p in paths)
+                              + (" (unfinished runs need --partial)" if not partial else ""))
+    return runs
+
+
+# ------------------------------------------------------------------------------- summary
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    v = np.asarray(values, dtype=np.float64)
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else float("nan")
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=np.float64)
+    return float(v.mean()) if v.size else float("nan")
+
+
+def _diagnostics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean over updates of every numeric ``credit/*`` value but timings, named without
+    ``credit/`` (and without the ``stat_`` of ``CreditResult.stats`` entries where that
+    leaves the name unique)."""
+    acc: dict[str, list[float]] = defaultdict(list)
+    for rec in records:
+        for k, v in rec.items():
+            if (k.startswith("credit/") and not k.endswith("_s") and isinstance(v, (int, float))
+                    and not isinstance(v, bool) and math.isfinite(v)):
+                acc[k[len("credit/"):]].append(float(v))
+    direct = {k for k in acc if not k.startswith("stat_")}
+    out = {}
+    for k, v in sorted(acc.items()):
+        name = k[len("stat_"):] if k.startswith("stat_") and k[len("stat_"):] not in direct else k
+        out[name] = float(np.mean(v))
+    return dict(sorted(out.items()))
+
+
+def _labels(runs: Sequence[RunInfo]) -> dict[tuple[str, str], str]:
+    """(setting, method) -> table label: the method, with ``@setting`` where the same method
+    runs in several settings."""
+    settings_of: dict[str, set[str]] = defaultdict(set)
+    for r in runs:
+        settings_of[r["method"]].add(r["setting"])
+    return {(r["setting"], r["method"]): r["method"] if len(settings_of[r["method"]]) == 1
+            else f"{r['method']}@{r['setting']}" for r in runs}
+
+
+def summarize(runs: Sequence[RunInfo], baseline: str | None = None,
+              paired_readouts: Sequence[str] = ("L5", "AUC")) -> dict[str, Any]:
+    """Per (setting, method): the readouts across seeds; per setting: every method's paired
+    differences to the setting's baseline over the seeds both have.
+
+    Args:
+        runs: Runs from :func:`find_runs` / :func:`load_run`.
+        baseline: The method to compare against, in every setting that has it; elsewhere
+            (and by default) ``grpo`` if the setting has it, else its first method.
+        paired_readouts: Readouts that get paired differences.
+
+    Returns:
+        ``{"schema", "baseline" (its label when there is one setting, else None),
+        "settings": {setting: {"source", "env", "baseline", "methods", "runs", "folder"}},
+        "methods": {label: {"setting", "source", "env", "method", "estimator", "variant",
+        "seeds", "runs", readout: {"mean", "sd", "per_seed"}, "diagnostics", "seconds",
+        "cpu_seconds"}}, "paired": {label: {"setting", "baseline", readout: {"mean", "sd",
+        "lo", "hi", "n", "mde"}}}}``.  A label is the method, or ``method@setting`` when a
+        method runs in several settings.  With one shared seed the SD, interval and MDE
+        are NaN.
+
+    Raises:
+        ValueError: no runs, or a ``baseline`` that no setting has.
+    """
+    if not runs:
+        raise ValueError("summarize needs at least one run")
+    labels = _labels(runs)
+    groups: dict[str, dict[str, dict[int, RunInfo]]] = defaultdict(lambda: defaultdict(dict))
+    for run in runs:
+        groups[run["setting"]][run["method"]][int(run["seed"])] = run
+    if baseline is not None and not any(baseline in methods for methods in groups.values()):
+        known = sorted({m for methods in groups.values() for m in methods})
+        raise ValueError(f"baseline {baseline!r} has no runs; methods: {', '.join(known)}")
+
+    def order(sid: str) -> tuple[str, str, str]:
+        first = next(iter(next(iter(groups[sid].values())).values()))
+        return (str(first["source"]), str(first["env"]), sid)
+
+    out: dict[str, Any] = {"schema": SCHEMA_VERSION, "baseline": None, "settings": {}, "methods": {}, "paired": {}}
+    for sid in sorted(groups, key=order):
+        by_method = groups[sid]
+        methods = sorted(by_method)
+        base = baseline if baseline in by_method else ("grpo" if "grpo" in by_method else methods[0])
+        any_run = next(iter(by_method[methods[0]].values()))
+        paths = [r["path"] for m in methods for r in by_method[m].values()]
+        out["settings"][sid] = {
+            "source": any_run["source"], "env": any_run["env"], "baseline": labels[(sid, base)],
+            "methods": [labels[(sid, m)] for m in methods], "runs": len(paths),
+            "folder": os.path.commonpath([os.path.abspath(p) for p in paths]),
+        }
+        for m in methods:
+            seeds = sorted(by_method[m])
+            rs = [by_method[m][s] for s in seeds]
+            entry: dict[str, Any] = {
+                "setting": sid, "source": any_run["source"], "env": any_run["env"], "method": m,
+                "estimator": rs[0]["estimator"], "variant": rs[0]["variant"], "seeds": seeds,
+                "runs": [r["path"] for r in rs],
+            }
+            for key in READOUTS:
+                vals = [r["readouts"][key] for r in rs]
+                mean, sd = _mean_sd(vals)
+                entry[key] = {"mean": mean, "sd": sd, "per_seed": vals}
+            entry["diagnostics"] = _diagnostics([rec for r in rs for rec in r["train"]])
+            entry["seconds"] = _nanmean([r["seconds"] for r in rs])
+            entry["cpu_seconds"] = _nanmean([r["cpu_seconds"] for r in rs])
+            out["methods"][labels[(sid, m)]] = entry
+        for m in methods:
+            shared = sorted(set(by_method[base]) & set(by_method[m]))
+            if m == base or not shared:
+                continue
+            pair: dict[str, Any] = {"setting": sid, "baseline": labels[(sid, base)]}
+            for key in paired_readouts:
+                diffs = [by_method[m][s]["readouts"][key] - by_method[base][s]["readouts"][key] for s in shared]
+                mean, sd, lo, hi = paired_interval(diffs)
+                pair[key] = {"mean": mean, "sd": sd, "lo": lo, "hi": hi, "n": len(shared), "mde": mde(sd, len(shared))}
+            out["paired"][labels[(sid, m)]] = pair
+    if len(out["settings"]) == 1:
+        out["baseline"] = next(iter(out["settings"].values()))["baseline"]
+    return out
+
+
+# ------------------------------------------------------------------------------- the table
+
+
+def _pct(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{100 * x:.1f}"
+
+
+def _pm(entry: Mapping[str, Any]) -> str:
+    sd = entry["sd"]
+    return f"{_pct(entry['mean'])} ± {_pct(sd)}" if math.isfinite(sd) else _pct(entry["mean"])
+
+
+def _signed(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{100 * x:+.1f}"
+
+
+def _secs(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{x:.0f}"
+
+
+def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | None = None, *,
+                   title: str = "Run comparison", preamble: str = "") -> str:
+    """The results tables (percent; mean ± sample SD over seeds) as Markdown; written to
+    ``path`` when given; returns the text.
+
+    The first table has one row per (setting, method): L5, normalised AUC, final and initial
+    success, score L5, validation invalid rate, seeds, wall and CPU seconds per run (wall
+    time depends on what else the machine runs; CPU time much less), env, source and setting.
+    The second gives each method's paired differences to its setting's baseline with 95%
+    Student-t intervals and MDEs; a list of the settings and the estimator diagnostics follow.
+    """
+    lines = [f"# {title}", ""]
+    if preamble:
+        lines += [preamble, ""]
+    lines += [
+        ("| method | L5 success (%) | norm. AUC (%) | final (%) | initial (%) | score L5 (%) | invalid (%) | seeds "
+        "| s/run | CPU s/run | env | source | setting |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, e in summary["methods"].items():
+        lines.append(
+            f"| {label} | {_pm(e['L5'])} | {_pm(e['AUC'])} | {_pm(e['final'])} | {_pm(e['initial'])} "
+            f"| {_pm(e['score_L5'])} | {_pct(e['invalid_rate']['mean'])} | {len(e['seeds'])} "
+            f"| {_secs(e['seconds'])} | {_secs(e['cpu_seconds'])} | {e['env']} | {e['source']} | {e['setting']} |"
+        )
+    if summary["paired"]:
+        lines += [
+            "",
+            ("Paired differences to the baseline of each setting (percentage points; pairs = runs of one setting "
+             "with the same seed; mean and 95% Student-t interval over seeds, df = n − 1; MDE = the smallest true "
+             "difference a paired two-sided t-test at α = 0.05 detects with 80% power at this SD of the "
+             "differences and n seeds; n/a with one pair):"),
+            "",
+            "| method | baseline | Δ L5 | 95% CI (L5) | SD (L5) | MDE (L5) | Δ AUC | 95% CI (AUC) | MDE (AUC) | n |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for label, p in summary["paired"].items():
+            a, b = p["L5"], p["AUC"]
+            lines.append(
+                f"| {label} | {p['baseline']} | {_signed(a['mean'])} | [{_signed(a['lo'])}, {_signed(a['hi'])}] "
+                f"| {_pct(a['sd'])} | {_pct(a['mde'])} | {_signed(b['mean'])} | [{_signed(b['lo'])}, {_signed(b['hi'])}] "
+                f"| {_pct(b['mde'])} | {a['n']} |"
+            )
+    lines += ["", ("Settings (source, env and the whole configuration apart from method and seed; runs pair "
+                  "only within one):"), ""]
+    for sid, st in summary["settings"].items():
+        lines.append(f"* `{sid}`: {st['source']}, env `{st['env']}`, {st['runs']} run(s) under `{st['folder']}`; "
+                     f"baseline {st['baseline']}")
+    if any(e["diagnostics"] for e in summary["methods"].values()):
+        lines += ["", "Estimator diagnostics (mean over updates and seeds):", ""]
+        for label, e in summary["methods"].items():
+            d = e["diagnostics"]
+            if d:
+                body = ", ".join(f"{k} = {v:.3g}" for k, v in d.items())
+                lines.append(f"* **{label}**: {body}")
+    text = "\n".join(lines) + "\n"
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+# ------------------------------------------------------------------------------- plots
+
+
+def plot_curves(runs: Sequence[RunInfo], path: str | os.PathLike[str], *, title: str = "") -> None:
+    """Validation success against update: per-seed lines (thin) and the seed mean (thick) of
+    every (setting, method)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = _labels(runs)
+    by_label: dict[str, list[RunInfo]] = defaultdict(list)
+    for run in runs:
+        by_label[labels[(run["setting"], run["method"])]].append(run)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    cmap = plt.get_cmap("tab10" if len(by_label) <= 10 else "tab20")
+    for k, (label, rs) in enumerate(sorted(by_label.items())):
+        color = cmap(k % cmap.N)
+        for r in rs:
+            ax.plot([e["update"] for e in r["eval"]], [100 * e["success"] for e in r["eval"]], color=color,
+                    alpha=0.25 if len(rs) > 1 else 1.0, linewidth=0.8 if len(rs) > 1 else 1.5,
+                    label=label if len(rs) == 1 else None)
+        curves = {tuple(e["update"] for e in r["eval"]) for r in rs}
+        if len(rs) > 1 and len(curves) == 1:
+            mean = np.mean([[e["success"] for e in r["eval"]] for r in rs], axis=0)
+            ax.plot(next(iter(curves)), 100 * mean, color=color, linewidth=2.0, label=label)
+    ax.set_xlabel("update")
+    ax.set_ylabel("validation success (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_diagnostics(runs: Sequence[RunInfo], path: str | os.PathLike[str], *, max_panels: int = 12) -> list[str]:
+    """Estimator diagnostics (``credit/*``) over training, seed mean per (setting, method),
+    one panel per statistic; returns the plotted names (the first ``max_panels``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = _labels(runs)
+    series: dict[str, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for run in runs:
+        label = labels[(run["setting"], run["method"])]
+        for rec in run["train"]:
+            for name, v in _diagnostics([rec]).items():
+                series[name][label][int(rec["update"])].append(v)
+    names = sorted(series)[:max_panels]
+    cols = 3
+    rows = max(1, math.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), dpi=100, squeeze=False)
+    all_labels = sorted(set(labels.values()))
+    cmap = plt.get_cmap("tab10" if len(all_labels) <= 10 else "tab20")
+    colors = {m: cmap(k % cmap.N) for k, m in enumerate(all_labels)}
+    for ax, name in zip(axes.flat, names):
+        for label, per_update in sorted(series[name].items()):
+            xs = sorted(per_update)
+            ax.plot(xs, [np.mean(per_update[x]) for x in xs], color=colors[label], label=label, linewidth=1.2)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    if names:
+        axes.flat[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return names
+
+
+def write_report(runs: Sequence[RunInfo], out_dir: str | os.PathLike[str], *, baseline: str | None = None,
+                 title: str = "Run comparison", preamble: str = "") -> dict[str, Any]:
+    """Write ``results.md``, ``results.json``, ``curves.png`` and ``diagnostics.png`` of
+    ``runs`` into ``out_dir``; returns the :func:`summarize` summary."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = summarize(runs, baseline)
+    (out_dir / "results.json").write_text(json.dumps(summary, indent=2, default=float), encoding="utf-8")
+    write_markdown(summary, out_dir / "results.md", title=title, preamble=preamble)
+    plot_curves(runs, out_dir / "curves.png", title=title)
+    plot_diagnostics(runs, out_dir / "diagnostics.png")
+    log.info("wrote %s", out_dir / "results.md")
+    return summary
+
+
+# ------------------------------------------------------------------------------- one run
 
 
 def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
@@ -89,7 +622,8 @@ def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
 def summary_text(run: RunInfo) -> str:
     """A short plain-text summary of one run."""
     rl_loss = (run.get("summary") or {}).get("rl_loss")
-    lines = [f"run {run['name']}  (estimator {run['method']}, seed {run['seed']}" + (f", rl_loss {rl_loss})" if rl_loss else ")")]
+    where = f"{run.get('source', '?')} run on {run.get('env')}, "
+    lines = [f"run {run['name']}  ({where}estimator {run['method']}, seed {run['seed']}" + (f", rl_loss {rl_loss})" if rl_loss else ")")]
     if run["eval"]:
         lines.append("validation success by update: " + ", ".join(f"{r['update']}: {r.get('success', 0):.3f}" for r in run["eval"]))
         first, last = run["eval"][0], run["eval"][-1]
@@ -147,37 +681,3 @@ def write_run_report(run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
     return png, txt
 
 
-def compare_runs(runs: Sequence[RunInfo]) -> list[dict[str, Any]]:
-    """Per method: mean ± SD of L5 and AUC; for every other method vs the first, the paired
-    difference over shared seeds with its 95 % Student-t interval (df = n − 1)."""
-    by_method: dict[str, dict[int, RunInfo]] = {}
-    for r in runs:
-        by_method.setdefault(str(r["method"]), {})[int(r["seed"])] = r
-    rows: list[dict[str, Any]] = []
-    methods = list(by_method)
-    for m in methods:
-        vals = list(by_method[m].values())
-        rows.append({"method": m, "runs": len(vals), "L5": _mean_sd([v["l5"] for v in vals]), "AUC": _mean_sd([v["auc"] for v in vals])})
-    base = methods[0] if methods else None
-    for m in methods[1:]:
-        seeds = sorted(set(by_method[m]) & set(by_method[base]))
-        row: dict[str, Any] = {"method": f"{m} − {base}", "runs": len(seeds)}
-        for key, field in (("L5", "l5"), ("AUC", "auc")):
-            if len(seeds) >= 2:
-                row[key] = paired_interval([by_method[m][s][field] for s in seeds], [by_method[base][s][field] for s in seeds])
-            else:
-                row[key] = None
-        rows.append(row)
-    return rows
-
-
-def _mean_sd(xs: list[float]) -> tuple[float, float]:
-    n = len(xs)
-    mean = sum(xs) / n
-    sd = (sum((x - mean) ** 2 for x in xs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return mean, sd
-
-
-def to_json(rows: list[dict[str, Any]]) -> str:
-    """The comparison rows as JSON."""
-    return json.dumps(rows, indent=1)

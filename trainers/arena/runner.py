@@ -18,9 +18,11 @@ Everything is seeded from ``(seed, update, task, slot)``, and environment steppi
 deterministic given the task, so the same configuration gives the same numbers, whichever
 worker process runs it and in whatever order.
 
-Metric records (``runs/<method>__seed<k>/metrics.jsonl``) are described in
-:mod:`trainers.arena.report`.  Wall-clock times are kept under the ``"time"`` key and in
-the ``end`` record, apart from the deterministic numbers.
+Metric records (``runs/<method>__seed<k>/metrics.jsonl``) follow the one schema of
+:mod:`trainers.metrics` (the trainer's; the runner builds them keyed by ``kind`` and writes
+them through :func:`trainers.metrics.arena_record`), so ``rubricgym report`` reads arena and
+trainer runs alike.  Wall-clock times are the ``*_s`` fields and the ``end`` record's, apart
+from the deterministic numbers.
 
 Example (a tiny run on generated ALFWorld games; takes about a minute):
     >>> from trainers.arena.runner import ArenaConfig, run_arena   # doctest: +SKIP
@@ -52,6 +54,7 @@ from trainers.arena.memo import EpisodeMemo
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
 from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
+from trainers.metrics import arena_record, upgrade_record
 from trainers.update_rule import AdvantageScaler, UpdateRuleConfig, trust_region_update
 
 __all__ = [
@@ -736,6 +739,7 @@ def _evaluate(
         "score": float(np.mean(score)),
         "invalid_rate": invalid / max(1, sum(steps)),
         "mean_steps": float(np.mean(steps)),
+        "episodes": len(succ),
         "per_type": {t: float(np.mean(v)) for t, v in sorted(per_type.items())},
     }
 
@@ -782,8 +786,8 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     log.info("arena run %s seed %d: %s", method, seed, spec.params)
     with tmp_path.open("w", encoding="utf-8") as fh:
 
-        def emit(rec: dict[str, Any]) -> None:
-            fh.write(json.dumps(rec, sort_keys=True, allow_nan=True) + "\n")
+        def emit(rec: dict[str, Any]) -> None:  # in the schema of trainers.metrics
+            fh.write(json.dumps(arena_record(rec), allow_nan=True) + "\n")
             fh.flush()
 
         emit({"kind": "config", "method": method, "seed": seed, "estimator": spec.estimator,
@@ -850,6 +854,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 "success": float(np.mean([t.success for t in trajs])),
                 "score": float(np.mean([t.score for t in trajs])),
                 "mean_steps": n_steps / len(trajs),
+                "episodes": len(trajs),
                 "invalid_rate": invalid / max(1, n_steps),
                 "rows": len(records),
                 "adv_abs_mean": float(np.mean(np.abs(advantages))) if advantages.size else 0.0,
@@ -872,7 +877,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
                 run.evals.append(rec)
                 emit(rec)
                 log.info("%s seed %d update %d: validation success %.3f", method, seed, update, rec["success"])
-        end = {"kind": "end", "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
+        end = {"kind": "end", "update": cfg.updates, "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
                "cpu_seconds": time.process_time() - cpu_start}
         if isinstance(env, EpisodeMemo):
             end["time"] = env.stats()  # process-wide counters: depend on what ran before
@@ -900,7 +905,8 @@ def completed_run(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.Pa
     except (OSError, ValueError, IndexError):
         return None  # unreadable or damaged anywhere: run it again
     wanted = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, allow_nan=True))
-    if first.get("kind") != "config" or first.get("arena") != wanted or last.get("kind") != "end":
+    first, last = upgrade_record(first), upgrade_record(last)  # arena files from before the schema too
+    if first.get("phase") != "run" or first.get("config") != wanted or last.get("phase") != "end":
         return None
     return last
 
