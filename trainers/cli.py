@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "agent_envs.webshop.cli",
     "agent_envs.webshop.serve_cli",
     "trainers.train_cli",
+    "trainers.report_cli",
     "trainers.arena_cli",
 )
 

@@ -1,4 +1,4 @@
-"""``rubricgym train``, ``rubricgym report`` and ``rubricgym model prepare``.
+"""``rubricgym train`` and ``rubricgym model prepare`` (``rubricgym report`` is :mod:`trainers.report_cli`).
 
 Nothing heavy is imported at module import time (torch/transformers load inside the
 commands), so ``rubricgym --help`` stays instant.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-__all__ = ["model_prepare", "register", "report", "train"]
+__all__ = ["model_prepare", "register", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -74,43 +74,6 @@ def train(
             console.print(txt.read_text())
 
 
-def report(
-    run_dirs: list[Path] = typer.Argument(..., help="One or more run folders."),
-    out: Path = typer.Option(None, "--out", help="PNG for the comparison plot (default: report.png in the first run folder, or curves.png for one run)."),
-) -> None:
-    """Draw learning curves and credit diagnostics; compare runs/seeds with paired intervals."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from trainers.report import compare_runs, load_run, plot_runs, summary_text, write_run_report
-
-    console = Console()
-    try:
-        runs = [load_run(d) for d in run_dirs]
-    except (FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-    if len(runs) == 1 and out is None:
-        png, _ = write_run_report(run_dirs[0])
-    else:
-        png = plot_runs(runs, out or Path(run_dirs[0]) / "report.png")
-    for r in runs:
-        console.print(summary_text(r))
-    table = Table("method", "runs", "L5 (mean ± SD or Δ [95% CI])", "AUC (mean ± SD or Δ [95% CI])")
-
-    def fmt(v: object) -> str:
-        if v is None:
-            return "n/a (needs ≥ 2 shared seeds)"
-        if len(v) == 2:
-            return f"{v[0]:.3f} ± {v[1]:.3f}"
-        return f"{v[0]:+.3f} [{v[2]:+.3f}, {v[3]:+.3f}]"
-
-    for row in compare_runs(runs):
-        table.add_row(row["method"], str(row["runs"]), fmt(row["L5"]), fmt(row["AUC"]))
-    console.print(table)
-    console.print(f"curves: {png}")
-
-
 def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if the cache exists.")) -> None:
     """Convert the packaged SmolLM2-135M-Instruct GGUF into a cached Hugging Face checkpoint."""
     from rich.console import Console
@@ -126,9 +89,8 @@ def model_prepare(force: bool = typer.Option(False, "--force", help="Convert aga
 
 
 def register(app: typer.Typer, data_app: typer.Typer) -> None:
-    """Add ``train``, ``report`` and ``model prepare`` to the CLI."""
+    """Add ``train`` and ``model prepare`` to the CLI."""
     app.command("train")(train)
-    app.command("report")(report)
     model_app = typer.Typer(help="Prepare policy models.", no_args_is_help=True)
     model_app.command("prepare")(model_prepare)
     app.add_typer(model_app, name="model")
