@@ -36,7 +36,7 @@ def test_presets_load_and_follow_the_papers_recipe():
     assert (web.env_id, web.max_steps, web.max_prompt_tokens) == ("WebShop-Rubric-v0", 15, 5120)
     demo = load_config("demo")
     assert demo.action_mode == "choose" and demo.train_split == "generated" and demo.model == "smollm2"
-    assert (demo.warm_start_tasks, demo.max_steps, demo.updates) == (24, 12, 4)
+    assert (demo.warm_start_tasks, demo.max_steps, demo.updates) == (8, 10, 4)
 
 
 @pytest.mark.parametrize(
