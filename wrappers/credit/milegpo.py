@@ -133,9 +133,25 @@ def _resolve(preset: str, params: dict[str, Any]) -> dict[str, Any]:
     return {**PRESETS[preset], **{k: v for k, v in params.items() if v is not None}}
 
 
-def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_norm: str, trap_min_score: float,
-             trap_min_failed: int, rcs: bool, pcc: bool) -> dict[str, Any]:
-    """The MileGPO pipeline on a (batch) graph; every array is per node or per row."""
+@dataclass
+class _Visits:
+    """Who visits what: per task (K, successes, p_q⁺) and per node (visitors, p±(v), revisits)."""
+
+    pq: np.ndarray  # per group: p_q⁺
+    pq_n: np.ndarray  # per node: p_q⁺ of its task
+    ns_n: np.ndarray  # per node: successful trajectories of its task
+    nf_n: np.ndarray  # per node: failed trajectories of its task
+    n_vis: np.ndarray  # per node: visiting trajectories
+    n_vis_s: np.ndarray  # ... of them successful
+    n_vis_f: np.ndarray  # ... of them failed
+    revisited: np.ndarray  # some trajectory visits the node more than once
+    revisit_f: np.ndarray  # failed trajectories visiting it more than once
+    p_plus_v: np.ndarray  # p⁺(v)
+    p_minus_v: np.ndarray  # p⁻(v)
+
+
+def _visits(g: TransitionGraph) -> _Visits:
+    """Visits: the source states of the steps, plus the final canonical state of failed trajectories."""
     nn, G = g.n_nodes, g.n_groups
     ngr = g.node_group
     real = g._real
@@ -145,7 +161,6 @@ def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_no
     pq = n_succ / np.maximum(k_traj, 1.0)
     pq_n, ns_n, nf_n = pq[ngr], n_succ[ngr], n_fail[ngr]
 
-    # ---- visits (source states, plus the final canonical state of failed trajectories) --
     last = g.offsets[1:] - 1
     ends = (g.offsets[1:] > g.offsets[:-1]) & ~g.success
     end_nodes = g.dst[last[ends]]
@@ -163,63 +178,73 @@ def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_no
     revisit_f = np.bincount(nu, weights=(again & ~ys).astype(float), minlength=nn)
     p_plus_v = np.where(n_vis > 0, n_vis_s / np.maximum(n_vis, 1), 0.0)
     p_minus_v = np.where(n_vis > 0, n_vis_f / np.maximum(n_vis, 1), 0.0)
+    return _Visits(pq, pq_n, ns_n, nf_n, n_vis, n_vis_s, n_vis_f, revisited, revisit_f, p_plus_v, p_minus_v)
 
-    # ---- milestone discovery [MileGPO §3.2] -----------------------------------------
+
+def _discover(g: TransitionGraph, v: _Visits, p: dict[str, Any], trap_min_score: float, trap_min_failed: int,
+              rcs: bool) -> tuple[np.ndarray, ...]:
+    """Milestone discovery [MileGPO §3.2]: (candidates, m(v), S₀⁺, traps, S⁻) per node."""
+    nn, G = g.n_nodes, g.n_groups
+    ngr = g.node_group
+    real = g._real
     deg = (np.bincount(g.edge_v, minlength=nn) + np.bincount(g.edge_u, minlength=nn)).astype(float)
-    cand = real & (n_vis_s > 0)
-    m = np.where(ns_n > 0, n_vis_s / np.maximum(ns_n, 1), 0.0)
+    cand = real & (v.n_vis_s > 0)
+    m = np.where(v.ns_n > 0, v.n_vis_s / np.maximum(v.ns_n, 1), 0.0)
     cent = _group_maxnorm(deg, cand, ngr, G)
-    s0 = np.where(cand, p["w_s"] * np.maximum(p_plus_v - pq_n, 0.0) + p["w_m"] * m + p["w_c"] * cent, 0.0)
-    f_minus = np.where(nf_n > 0, n_vis_f / np.maximum(nf_n, 1), 0.0)
-    loop = np.where(n_vis_f > 0, revisit_f / np.maximum(n_vis_f, 1), 0.0)
-    trap_cand = real & (n_vis_s == 0) & (n_vis > 0) & ((n_vis_f >= trap_min_failed) | revisited)
-    s_neg = np.where(trap_cand, p["w_f"] * np.maximum(p_minus_v - (1.0 - pq_n), 0.0) + p["w_l"] * f_minus * loop, 0.0)
+    s0 = np.where(cand, p["w_s"] * np.maximum(v.p_plus_v - v.pq_n, 0.0) + p["w_m"] * m + p["w_c"] * cent, 0.0)
+    f_minus = np.where(v.nf_n > 0, v.n_vis_f / np.maximum(v.nf_n, 1), 0.0)
+    loop = np.where(v.n_vis_f > 0, v.revisit_f / np.maximum(v.n_vis_f, 1), 0.0)
+    trap_cand = real & (v.n_vis_s == 0) & (v.n_vis > 0) & ((v.n_vis_f >= trap_min_failed) | v.revisited)
+    s_neg = np.where(trap_cand, p["w_f"] * np.maximum(v.p_minus_v - (1.0 - v.pq_n), 0.0)
+                     + p["w_l"] * f_minus * loop, 0.0)
     traps = trap_cand & (s_neg >= trap_min_score)
     if not rcs:  # uniform MD: every mined candidate gets unit weight
         s0 = cand.astype(float)
         s_neg = traps.astype(float)
+    return cand, m, s0, traps, s_neg
 
-    # ---- progress-contrastive calibration [§3.4] ------------------------------------
-    d = g.success_distances()
-    retained = cand
-    if pcc and cand.any():
-        eu, ev = g.edge_u, g.edge_v
-        ne = eu.size
-        row_edge = np.searchsorted(eu * nn + ev, g.src * nn + g.dst)
-        te = np.unique(g.traj * ne + row_edge)  # (trajectory, edge) traversals
-        t_of, e_of = te // ne, te % ne
-        n_e = np.bincount(e_of, minlength=ne).astype(float)
-        n_e_s = np.bincount(e_of, weights=g.success[t_of].astype(float), minlength=ne)
-        p_e = n_e_s / n_e
-        outdeg = np.bincount(eu, minlength=nn)
-        has_sib = outdeg[eu] > 1
-        sib_sum = np.bincount(eu, weights=p_e, minlength=nn)[eu] - p_e
-        margin = np.where(has_sib, p_e - sib_sum / np.maximum(outdeg[eu] - 1, 1), 0.0)
-        eg = ngr[eu]
-        top = segment_max(np.abs(margin), eg, G, initial=0.0)[eg]
-        cn = np.where(top > 0, margin / np.where(top > 0, top, 1.0), 0.0)
-        into = (eu != ev) & (n_e_s > 0)  # incoming, not a self-loop, has a successful user
-        b = np.zeros(nn)
-        sel = into & (cn > 0)
-        np.maximum.at(b, ev[sel], cn[sel])
-        # excess failure rate: p⁻(e) − mean sibling p⁻ = −(p⁺(e) − mean sibling p⁺)
-        excess = np.where(has_sib, np.maximum(-margin, 0.0), np.maximum(p_minus_v[ev] - (1.0 - pq[eg]), 0.0))
-        ok = into & np.isfinite(d[eu]) & np.isfinite(d[ev])
-        psi = (p["alpha_d"] * (d[eu[ok]] - d[ev[ok]]) + p["alpha_s"] * (p_plus_v[ev[ok]] - pq[eg[ok]])
-               - p["alpha_f"] * excess[ok])
-        psi_raw = np.zeros(nn)
-        np.maximum.at(psi_raw, ev[ok], psi)  # best ψ > 0 (0 when none is positive)
-        psi_bar = _group_maxnorm(psi_raw, cand, ngr, G)
-        energy = p["w_bc"] * b + p["w_pg"] * psi_bar
-        retained = cand & ((psi_bar > 0) | (m >= p["theta_m"]) | ((p["kappa_bc"] != 0) & (b > 0)))
-        s_pos = np.where(retained, s0 * (1.0 + p["w_pcc"] * energy), p["rho"] * s0)
-        s_pos = np.where(cand, s_pos, 0.0)
-    else:
-        s_pos = s0
-    sbar_pos = _group_maxnorm(s_pos, cand, ngr, G)
-    sbar_neg = _group_maxnorm(s_neg, traps, ngr, G)
 
-    # ---- RCS potentials, increments and returns [§3.3, Eqs. 1, 9–10, 20] -------------
+def _calibrate(g: TransitionGraph, v: _Visits, p: dict[str, Any], d: np.ndarray, cand: np.ndarray, m: np.ndarray,
+               s0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Progress-contrastive calibration [§3.4]: (retained candidates, S_pcc before normalisation)."""
+    nn, G = g.n_nodes, g.n_groups
+    ngr, pq = g.node_group, v.pq
+    eu, ev = g.edge_u, g.edge_v
+    ne = eu.size
+    row_edge = np.searchsorted(eu * nn + ev, g.src * nn + g.dst)
+    te = np.unique(g.traj * ne + row_edge)  # (trajectory, edge) traversals
+    t_of, e_of = te // ne, te % ne
+    n_e = np.bincount(e_of, minlength=ne).astype(float)
+    n_e_s = np.bincount(e_of, weights=g.success[t_of].astype(float), minlength=ne)
+    p_e = n_e_s / n_e
+    outdeg = np.bincount(eu, minlength=nn)
+    has_sib = outdeg[eu] > 1
+    sib_sum = np.bincount(eu, weights=p_e, minlength=nn)[eu] - p_e
+    margin = np.where(has_sib, p_e - sib_sum / np.maximum(outdeg[eu] - 1, 1), 0.0)
+    eg = ngr[eu]
+    top = segment_max(np.abs(margin), eg, G, initial=0.0)[eg]
+    cn = np.where(top > 0, margin / np.where(top > 0, top, 1.0), 0.0)
+    into = (eu != ev) & (n_e_s > 0)  # incoming, not a self-loop, has a successful user
+    b = np.zeros(nn)
+    sel = into & (cn > 0)
+    np.maximum.at(b, ev[sel], cn[sel])
+    # excess failure rate: p⁻(e) − mean sibling p⁻ = −(p⁺(e) − mean sibling p⁺)
+    excess = np.where(has_sib, np.maximum(-margin, 0.0), np.maximum(v.p_minus_v[ev] - (1.0 - pq[eg]), 0.0))
+    ok = into & np.isfinite(d[eu]) & np.isfinite(d[ev])
+    psi = (p["alpha_d"] * (d[eu[ok]] - d[ev[ok]]) + p["alpha_s"] * (v.p_plus_v[ev[ok]] - pq[eg[ok]])
+           - p["alpha_f"] * excess[ok])
+    psi_raw = np.zeros(nn)
+    np.maximum.at(psi_raw, ev[ok], psi)  # best ψ > 0 (0 when none is positive)
+    psi_bar = _group_maxnorm(psi_raw, cand, ngr, G)
+    energy = p["w_bc"] * b + p["w_pg"] * psi_bar
+    retained = cand & ((psi_bar > 0) | (m >= p["theta_m"]) | ((p["kappa_bc"] != 0) & (b > 0)))
+    s_pos = np.where(retained, s0 * (1.0 + p["w_pcc"] * energy), p["rho"] * s0)
+    return retained, np.where(cand, s_pos, 0.0)
+
+
+def _shaped_returns(g: TransitionGraph, p: dict[str, Any], unreachable: str, sbar_pos: np.ndarray,
+                    sbar_neg: np.ndarray) -> tuple[np.ndarray, ...]:
+    """RCS potentials, increments and returns [§3.3, Eqs. 1, 9–10, 20]: (δ⁺, δ⁻, r^G, r^M) per row."""
     phi_pos = g.max_product_potential(sbar_pos, p["omega"])
     phi_neg = g.max_product_potential(sbar_neg, p["omega"])
     gp, wp, wn = p["gamma_phi"], p["w_pos"], p["w_neg"]
@@ -227,14 +252,14 @@ def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_no
     dneg = np.maximum(gp * wn * phi_neg[g.dst] - wn * phi_neg[g.src], 0.0)
     r_g = g.graph_returns(p["gamma_g"], p["c"], unreachable)
     r_m = r_g + p["c"] * p["lam"] * (dpos - dneg)
-    # ---- advantages [Eqs. 21–22] ----------------------------------------------------
-    a_g = segment_normalize(r_g, g.src, p["norm"], nn)
-    a_mix = segment_normalize(r_m, g.src, p["norm"], nn)
-    step = a_g + p["eta"] * (a_mix - a_g)
-    episode = g.episode_term(p["norm"], episode_norm)
-    adv = p["step_weight"] * step + p["episode_weight"] * episode
+    return dpos, dneg, r_g, r_m
 
-    # ---- diagnostics ----------------------------------------------------------------
+
+def _diagnostics(g: TransitionGraph, unreachable: str, out: dict[str, Any], retained: np.ndarray) -> list[dict]:
+    """Per group: the graph stats plus milestone/trap counts and shaping summaries."""
+    G, ngr = g.n_groups, g.node_group
+    cand, sbar_pos, traps = out["cand"], out["sbar_pos"], out["traps"]
+    r_g, r_m, dpos, dneg = out["r_g"], out["r_m"], out["dpos"], out["dneg"]
     stats = graph_stats_batch(g, unreachable)
     corr = r_m - r_g
     rows = np.bincount(g.group, minlength=G).astype(float)
@@ -267,9 +292,33 @@ def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_no
             "correction_max": float(cmax[k]),
             "ties_resolved_share": float(resolved[k]),
         })
-    return {"adv": adv, "step": step, "a_g": a_g, "a_mix": a_mix, "episode": episode, "r_g": r_g, "r_m": r_m,
-            "dpos": dpos, "dneg": dneg, "sbar_pos": sbar_pos, "sbar_neg": sbar_neg, "cand": cand, "traps": traps,
-            "stats": stats}
+    return stats
+
+
+def _compute(g: TransitionGraph, p: dict[str, Any], unreachable: str, episode_norm: str, trap_min_score: float,
+             trap_min_failed: int, rcs: bool, pcc: bool) -> dict[str, Any]:
+    """The MileGPO pipeline on a (batch) graph; every array is per node or per row."""
+    nn, G = g.n_nodes, g.n_groups
+    v = _visits(g)
+    cand, m, s0, traps, s_neg = _discover(g, v, p, trap_min_score, trap_min_failed, rcs)
+    d = g.success_distances()
+    if pcc and cand.any():
+        retained, s_pos = _calibrate(g, v, p, d, cand, m, s0)
+    else:
+        retained, s_pos = cand, s0
+    sbar_pos = _group_maxnorm(s_pos, cand, g.node_group, G)
+    sbar_neg = _group_maxnorm(s_neg, traps, g.node_group, G)
+    dpos, dneg, r_g, r_m = _shaped_returns(g, p, unreachable, sbar_pos, sbar_neg)
+    # ---- advantages [Eqs. 21–22] ----------------------------------------------------
+    a_g = segment_normalize(r_g, g.src, p["norm"], nn)
+    a_mix = segment_normalize(r_m, g.src, p["norm"], nn)
+    step = a_g + p["eta"] * (a_mix - a_g)
+    episode = g.episode_term(p["norm"], episode_norm)
+    adv = p["step_weight"] * step + p["episode_weight"] * episode
+    out = {"adv": adv, "step": step, "a_g": a_g, "a_mix": a_mix, "episode": episode, "r_g": r_g, "r_m": r_m,
+           "dpos": dpos, "dneg": dneg, "sbar_pos": sbar_pos, "sbar_neg": sbar_neg, "cand": cand, "traps": traps}
+    out["stats"] = _diagnostics(g, unreachable, out, retained)
+    return out
 
 
 def milegpo_batch(groups: Sequence[Sequence[Trajectory]], *, preset: str = "alfworld", unreachable: str = "zero",
