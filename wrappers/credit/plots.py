@@ -96,51 +96,15 @@ def plot_graph(
     ax = _new_axes(ax, (8.0, 5.0))
     stats = graph_stats(g, unreachable)
     d = g.filled_distances("max_plus_one")
-    # node colour: success rate of the trajectories that pass through the state
-    nn = max(g.n_nodes, 1)
-    tv = np.unique(np.concatenate([g.traj * nn + g.src, g.traj * nn + g.dst]))
-    visitors = np.bincount(tv % nn, minlength=g.n_nodes)
-    winners = np.bincount(tv % nn, weights=g.success[tv // nn].astype(float), minlength=g.n_nodes)
-    rate = winners / np.maximum(visitors, 1)
-    # columns: x = −D (success at 0, far states to the left); rows: order of first appearance
-    x = -d
-    y = np.zeros(g.n_nodes)
-    for col in np.unique(x):
-        members = np.flatnonzero(x == col)
-        y[members] = np.arange(members.size) - (members.size - 1) / 2
-    # edges: distinct (u, v) with traversal counts and whether a winner used them
-    key = g.src * nn + g.dst
-    uniq, inv = np.unique(key, return_inverse=True) if key.size else (np.zeros(0, np.intp), np.zeros(0, np.intp))
-    counts = np.bincount(inv, minlength=uniq.size) if key.size else np.zeros(0)
-    won = np.zeros(uniq.size, dtype=bool)
-    if key.size:
-        np.logical_or.at(won, inv, g.success[g.traj])
-    for e, k in enumerate(uniq.tolist()):
-        u, v = divmod(k, nn)
-        color = "tab:green" if won[e] else "0.6"
-        width = 0.8 + 1.2 * np.log2(counts[e])
-        if u == v:
-            ax.annotate("", xy=(x[u] + 0.12, y[u] + 0.12), xytext=(x[u] - 0.12, y[u] + 0.12),
-                        arrowprops={"arrowstyle": "->", "color": color, "lw": width,
-                                    "connectionstyle": "arc3,rad=-1.8"})
-        else:
-            ax.annotate("", xy=(x[v], y[v]), xytext=(x[u], y[u]),
-                        arrowprops={"arrowstyle": "->", "color": color, "lw": width, "shrinkA": 9,
-                                    "shrinkB": 9, "connectionstyle": "arc3,rad=0.12"})
+    x, y = _graph_layout(g, d)
+    _draw_edges(ax, g, x, y)
     norm = mpl.colors.Normalize(vmin=0.0, vmax=1.0)
-    sc = ax.scatter(x, y, c=rate, cmap="RdYlGn", norm=norm, s=260, zorder=3, edgecolors="black")
+    sc = ax.scatter(x, y, c=_success_rates(g), cmap="RdYlGn", norm=norm, s=260, zorder=3, edgecolors="black")
     if g.success_node >= 0:
         ax.scatter([x[g.success_node]], [y[g.success_node]], marker="*", s=520, c="gold",
                    edgecolors="black", zorder=4)
     if credit is not None:
-        index = g.index
-        for keys, color in ((credit.milestones, "goldenrod"), (credit.traps, "purple")):
-            for k, score in keys.items():
-                if k not in index:
-                    raise ValueError(f"credit names state {k!r}, which is not in this group's graph")
-                v = index[k]
-                ax.scatter([x[v]], [y[v]], s=520, facecolors="none", edgecolors=color,
-                           linewidths=1.0 + 3.0 * score, zorder=5)
+        _ring_milestones_and_traps(ax, g, x, y, credit)
     if show_labels:
         for v, k in enumerate(g.keys):
             ax.annotate(_label(k, label_width), (x[v], y[v]), xytext=(0, 13), textcoords="offset points",
@@ -160,6 +124,61 @@ def plot_graph(
     )
     ax.margins(0.15)
     return ax
+
+
+def _success_rates(g: TransitionGraph) -> np.ndarray:
+    """Per state: the success rate of the trajectories that pass through it (node colour)."""
+    nn = max(g.n_nodes, 1)
+    tv = np.unique(np.concatenate([g.traj * nn + g.src, g.traj * nn + g.dst]))
+    visitors = np.bincount(tv % nn, minlength=g.n_nodes)
+    winners = np.bincount(tv % nn, weights=g.success[tv // nn].astype(float), minlength=g.n_nodes)
+    return winners / np.maximum(visitors, 1)
+
+
+def _graph_layout(g: TransitionGraph, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Columns x = −D (success at 0, far states to the left); rows: order of first appearance."""
+    x = -d
+    y = np.zeros(g.n_nodes)
+    for col in np.unique(x):
+        members = np.flatnonzero(x == col)
+        y[members] = np.arange(members.size) - (members.size - 1) / 2
+    return x, y
+
+
+def _draw_edges(ax: Axes, g: TransitionGraph, x: np.ndarray, y: np.ndarray) -> None:
+    """Distinct (u, v) edges: green when a winner used them, width by traversal count."""
+    nn = max(g.n_nodes, 1)
+    key = g.src * nn + g.dst
+    uniq, inv = np.unique(key, return_inverse=True) if key.size else (np.zeros(0, np.intp), np.zeros(0, np.intp))
+    counts = np.bincount(inv, minlength=uniq.size) if key.size else np.zeros(0)
+    won = np.zeros(uniq.size, dtype=bool)
+    if key.size:
+        np.logical_or.at(won, inv, g.success[g.traj])
+    for e, k in enumerate(uniq.tolist()):
+        u, v = divmod(k, nn)
+        color = "tab:green" if won[e] else "0.6"
+        width = 0.8 + 1.2 * np.log2(counts[e])
+        if u == v:
+            ax.annotate("", xy=(x[u] + 0.12, y[u] + 0.12), xytext=(x[u] - 0.12, y[u] + 0.12),
+                        arrowprops={"arrowstyle": "->", "color": color, "lw": width,
+                                    "connectionstyle": "arc3,rad=-1.8"})
+        else:
+            ax.annotate("", xy=(x[v], y[v]), xytext=(x[u], y[u]),
+                        arrowprops={"arrowstyle": "->", "color": color, "lw": width, "shrinkA": 9,
+                                    "shrinkB": 9, "connectionstyle": "arc3,rad=0.12"})
+
+
+def _ring_milestones_and_traps(ax: Axes, g: TransitionGraph, x: np.ndarray, y: np.ndarray,
+                               credit: MileCredit) -> None:
+    """Milestones ringed in gold, traps in purple, ring width by normalised score."""
+    index = g.index
+    for keys, color in ((credit.milestones, "goldenrod"), (credit.traps, "purple")):
+        for k, score in keys.items():
+            if k not in index:
+                raise ValueError(f"credit names state {k!r}, which is not in this group's graph")
+            v = index[k]
+            ax.scatter([x[v]], [y[v]], s=520, facecolors="none", edgecolors=color,
+                       linewidths=1.0 + 3.0 * score, zorder=5)
 
 
 # ==== 2. SCPO ================================================================================
