@@ -141,20 +141,52 @@ def decision_loss(
     """
     logp = np.asarray(logp, dtype=np.float64)
     n = logp.shape[0]
-    arrays = {"old_logp": old_logp, "ref_logp": ref_logp, "advantages": advantages, "entropy": entropy}
-    conv = {}
+    old, ref, adv, ent = _rows(n, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, entropy=entropy)
+    cfg = config
+    pol, g_pol, clipped, dual = _clipped_policy_loss(logp - old, adv, cfg)
+    k3, g_kl = _k3_kl(ref - logp, cfg)
+
+    loss_rows = pol + cfg.kl_coef * k3 - cfg.entropy_coef * ent
+    d_logp = (g_pol + cfg.kl_coef * g_kl) / n
+    d_entropy = np.full(n, -cfg.entropy_coef / n)
+    loss = float(loss_rows.mean())
+    pair_loss = 0.0
+    accuracy = float("nan")
+    if len(pairs):
+        pair_loss, accuracy = _pair_loss(pairs, logp - old, d_logp, cfg.pair_coef)
+        loss += cfg.pair_coef * pair_loss
+
+    return LossTerms(
+        loss=loss,
+        policy_loss=float(pol.mean()),
+        kl=float(k3.mean()),
+        entropy=float(ent.mean()),
+        pair_loss=pair_loss,
+        d_logp=d_logp,
+        d_entropy=d_entropy,
+        clip_fraction=float(np.mean(clipped)),
+        dual_clip_fraction=float(np.mean(dual)),
+        n_pairs=len(pairs),
+        pair_accuracy=accuracy,
+    )
+
+
+def _rows(n: int, **arrays: np.ndarray) -> list[np.ndarray]:
+    """The per-row arrays as float64, each checked to have ``n`` rows (and ``n`` > 0)."""
+    conv = []
     for name, arr in arrays.items():
         arr = np.asarray(arr, dtype=np.float64)
         if arr.shape != (n,):
             raise ValueError(f"{name} has shape {arr.shape}, expected ({n},) like logp")
-        conv[name] = arr
+        conv.append(arr)
     if n == 0:
         raise ValueError("decision_loss needs at least one row")
-    old, ref, adv, ent = conv["old_logp"], conv["ref_logp"], conv["advantages"], conv["entropy"]
-    cfg = config
+    return conv
 
-    # --- clipped policy loss ------------------------------------------------------
-    ratio = np.exp(logp - old)
+
+def _clipped_policy_loss(log_ratio: np.ndarray, adv: np.ndarray, cfg: ObjectiveConfig) -> tuple[np.ndarray, ...]:
+    """Dual-clip PPO loss per row: (loss, d loss / d logp, clipped to zero gradient, dual-clipped)."""
+    ratio = np.exp(log_ratio)
     lo, hi = 1.0 - cfg.clip_low, 1.0 + cfg.clip_high
     unclipped = -ratio * adv
     clipped = -np.clip(ratio, lo, hi) * adv
@@ -167,52 +199,35 @@ def decision_loss(
     dual = (adv < 0) & (cap < l_clip)
     pol = np.where(dual, cap, l_clip)
     g_pol = np.where(dual, 0.0, g_clip)
+    return pol, g_pol, ~(use_unclipped | inside), dual
 
-    # --- k3 KL to the reference ---------------------------------------------------------
-    v = ref - logp
+
+def _k3_kl(v: np.ndarray, cfg: ObjectiveConfig) -> tuple[np.ndarray, np.ndarray]:
+    """k3 KL to the reference per row, v = log π_ref − log π_θ: (clipped K̂, d K̂ / d logp)."""
     with np.errstate(over="ignore"):  # e^v overflows only where K̂ is clipped anyway
         k3_raw = np.expm1(v) - v
         g_kl = np.where(np.abs(k3_raw) <= cfg.kl_clip, -np.expm1(v), 0.0)  # d/dlogp of e^v − v − 1
-    k3 = np.clip(k3_raw, -cfg.kl_clip, cfg.kl_clip)
+    return np.clip(k3_raw, -cfg.kl_clip, cfg.kl_clip), g_kl
 
-    loss_rows = pol + cfg.kl_coef * k3 - cfg.entropy_coef * ent
-    d_logp = (g_pol + cfg.kl_coef * g_kl) / n
-    d_entropy = np.full(n, -cfg.entropy_coef / n)
-    loss = float(loss_rows.mean())
 
-    # --- MCGPO pairwise loss [Eqs. 5-7, 11] --------------------------------------------
-    pair_loss = 0.0
-    accuracy = float("nan")
-    if len(pairs):
-        arr = np.asarray(pairs, dtype=np.float64).reshape(-1, 3)
-        pos = arr[:, 0].astype(np.int64)
-        neg = arr[:, 1].astype(np.int64)
-        if pos.min() < 0 or neg.min() < 0 or pos.max() >= n or neg.max() >= n:
-            raise ValueError(f"a pair refers to a row outside this batch of {n} rows")
-        w = arr[:, 2]
-        d = logp - old  # Eq. 5 with one response token
-        delta = d[pos] - d[neg]
-        denom = max(1, n // 2)
-        pair_loss = float((w * _softplus(-delta)).sum() / denom)
-        g = -w * _sigmoid(-delta) / denom  # Eq. 11 (before λ_pair)
-        np.add.at(d_logp, pos, cfg.pair_coef * g)
-        np.add.at(d_logp, neg, -cfg.pair_coef * g)
-        loss += cfg.pair_coef * pair_loss
-        accuracy = float(np.mean(delta > 0))
-
-    return LossTerms(
-        loss=loss,
-        policy_loss=float(pol.mean()),
-        kl=float(k3.mean()),
-        entropy=float(ent.mean()),
-        pair_loss=pair_loss,
-        d_logp=d_logp,
-        d_entropy=d_entropy,
-        clip_fraction=float(np.mean(~(use_unclipped | inside))),
-        dual_clip_fraction=float(np.mean(dual)),
-        n_pairs=len(pairs),
-        pair_accuracy=accuracy,
-    )
+def _pair_loss(pairs: Sequence[tuple[int, int, float]], d: np.ndarray, d_logp: np.ndarray,
+               pair_coef: float) -> tuple[float, float]:
+    """MCGPO pairwise loss [Eqs. 5-7, 11] with d = log π_θ − log π_old per row: (loss, accuracy);
+    adds λ_pair times its gradient to ``d_logp`` in place."""
+    n = d.shape[0]
+    arr = np.asarray(pairs, dtype=np.float64).reshape(-1, 3)
+    pos = arr[:, 0].astype(np.int64)
+    neg = arr[:, 1].astype(np.int64)
+    if pos.min() < 0 or neg.min() < 0 or pos.max() >= n or neg.max() >= n:
+        raise ValueError(f"a pair refers to a row outside this batch of {n} rows")
+    w = arr[:, 2]
+    delta = d[pos] - d[neg]  # Eq. 5 with one response token
+    denom = max(1, n // 2)
+    pair_loss = float((w * _softplus(-delta)).sum() / denom)
+    g = -w * _sigmoid(-delta) / denom  # Eq. 11 (before λ_pair)
+    np.add.at(d_logp, pos, pair_coef * g)
+    np.add.at(d_logp, neg, -pair_coef * g)
+    return pair_loss, float(np.mean(delta > 0))
 
 
 class Adam:
