@@ -9,8 +9,14 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from trainers.arena.runner import ArenaConfig
 
 __all__ = ["arena", "register"]
 
@@ -84,35 +90,16 @@ def arena(
     from rich.console import Console
 
     console = Console()
-    from trainers.arena.runner import ENV_PRESETS, ArenaConfig, run_arena
-    from trainers.arena.variants import ESTIMATORS, VARIANTS, available_methods
-
-    if list_methods:
-        console.print("environments: " + ", ".join(ENV_PRESETS))
-        console.print("estimators: " + ", ".join(ESTIMATORS))
-        for est, table in VARIANTS.items():
-            for name, (_, _, desc) in table.items():
-                console.print(f"  {est}:{name} — {desc}")
-        return
-    if report_only:
-        from trainers.arena.report import MetricFileError, write_report
-
-        try:
-            summary = write_report(output_dir, baseline=baseline, partial=True,
-                                   title=f"Arena: {output_dir.name} (finished runs)")
-        except (MetricFileError, ValueError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from None
-        console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
-        del summary
-        return
-    methods = list(ESTIMATORS) if estimators.strip() == "all" else _split(estimators)
-    if variants.strip() == "all":
-        methods += [m for m in available_methods() if ":" in m]
-    else:
-        methods += _split(variants)
+    # loaded first in every mode (the arena, its estimators and variants)
     from trainers.arena.runner import DEFAULT_SEEDS
 
+    if list_methods:
+        _print_methods(console)
+        return
+    if report_only:
+        _redraw_report(console, output_dir, baseline)
+        return
+    methods = _methods(estimators, variants)
     seed_list = _seeds(seeds) if seeds is not None else list(range(DEFAULT_SEEDS.get(env, 3)))
     if workers is None:
         import os
@@ -124,14 +111,65 @@ def arena(
         "pair_coef": pair_coef, "warm_start": warm_start, "target_kl": target_kl, "adv_norm": adv_norm,
         "adv_scale": adv_scale, "rl": False if no_rl else None,
     }
+    cfg = _config(console, env, overrides, scorer)
+    _run(console, cfg, methods, seed_list, output_dir, workers, baseline)
+
+
+def _print_methods(console: Console) -> None:
+    """``--list``: the environments, estimators and variants."""
+    from trainers.arena.runner import ENV_PRESETS
+    from trainers.arena.variants import ESTIMATORS, VARIANTS
+
+    console.print("environments: " + ", ".join(ENV_PRESETS))
+    console.print("estimators: " + ", ".join(ESTIMATORS))
+    for est, table in VARIANTS.items():
+        for name, (_, _, desc) in table.items():
+            console.print(f"  {est}:{name} — {desc}")
+
+
+def _redraw_report(console: Console, output_dir: Path, baseline: str | None) -> None:
+    """``--report-only``: the report of the finished runs in ``output_dir``."""
+    from trainers.arena.report import MetricFileError, write_report
+
+    try:
+        write_report(output_dir, baseline=baseline, partial=True, title=f"Arena: {output_dir.name} (finished runs)")
+    except (MetricFileError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
+
+
+def _methods(estimators: str, variants: str) -> list[str]:
+    """The methods to compare: estimators ('all': the seven), then variants ('all': every one)."""
+    from trainers.arena.variants import ESTIMATORS, available_methods
+
+    methods = list(ESTIMATORS) if estimators.strip() == "all" else _split(estimators)
+    if variants.strip() == "all":
+        methods += [m for m in available_methods() if ":" in m]
+    else:
+        methods += _split(variants)
+    return methods
+
+
+def _config(console: Console, env: str, overrides: dict[str, Any], scorer: str) -> ArenaConfig:
+    """The setting's :class:`ArenaConfig` with the options given (exit 2 on a bad value)."""
+    from trainers.arena.runner import ArenaConfig
+
     try:
         data = ArenaConfig.for_env(env).to_dict()
         data.update({k: v for k, v in overrides.items() if v is not None})
         data["scpo_scorer"] = scorer
-        cfg = ArenaConfig.from_dict(data)
+        return ArenaConfig.from_dict(data)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+def _run(console: Console, cfg: ArenaConfig, methods: list[str], seed_list: list[int], output_dir: Path,
+         workers: int, baseline: str | None) -> None:
+    """Run the comparison with a progress line per finished run, then print the table."""
+    from trainers.arena.runner import run_arena
+
     command = "rubricgym " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else None
     done = [0]
     total = len(methods) * len(seed_list)
