@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import time
 import traceback
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,11 +45,13 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
+    "Decision",
     "EnvFactory",
     "EnvPool",
     "GroupRunner",
     "Policy",
     "RolloutWorkerError",
+    "StepHook",
     "Turn",
     "matching_keys",
     "per_episode",
@@ -82,8 +85,16 @@ class Turn:
     history: tuple[tuple[str, str], ...] = ()
 
 
-#: A batched policy: one action string per turn, in order.
-Policy = Callable[[Sequence[Turn]], Sequence[str]]
+#: What a policy answers for one turn: the action string, or ``(action, extra)`` where
+#: ``extra`` (JSON-encodable) is stored on the step as ``Step.extra`` (e.g. the model's response).
+Decision = str | tuple[str, Mapping[str, Any]]
+
+#: A batched policy: one :data:`Decision` per turn, in order.
+Policy = Callable[[Sequence[Turn]], Sequence[Decision]]
+
+#: Called after every transition with the turn the policy answered, the :class:`Step` it
+#: became and the environment's new ``info`` (e.g. to read the final rubric status).
+StepHook = Callable[[Turn, Step, Mapping[str, Any]], None]
 
 
 def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
@@ -341,12 +352,16 @@ class _Episode:
 class GroupRunner:
     """Runs sibling groups on persistent environments (in-process or in worker processes).
 
+    It is the one episode loop of the project: the trainer (``trainers.rollouts``) plays its
+    rollouts and evaluations through it with a language-model policy.
+
     Args:
-        env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``) or a zero-argument
-            factory returning an environment.
-        env_kwargs: Keyword arguments for ``gym.make`` (ignored with a factory).
+        env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``), a zero-argument
+            factory returning an environment, or an :class:`EnvPool` to play on (the runner
+            then uses it without owning it: :meth:`close` leaves it open).
+        env_kwargs: Keyword arguments for ``gym.make`` (ignored with a factory or a pool).
         workers: 0 steps every environment in this process; ``W > 0`` spreads them over W
-            worker processes (environment ``k`` in worker ``k % W``).
+            worker processes (environment ``k`` in worker ``k % W``; ignored with a pool).
         max_steps: Safety cap on decisions per episode (episodes still running are marked
             truncated); ``None`` relies on the environment's own horizon.
         start_method: multiprocessing start method for workers (``"spawn"`` is safe after
@@ -365,7 +380,10 @@ class GroupRunner:
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
         self.max_steps = max_steps
-        self._hosts = EnvPool(env, env_kwargs, workers=workers, start_method=start_method)  # validates env, workers
+        self._owns = not isinstance(env, EnvPool)
+        self._hosts = EnvPool(env, env_kwargs, workers=workers, start_method=start_method) if self._owns else env
+        #: Seconds spent in the policy and in the environments, and decisions, of the last :meth:`run`.
+        self.stats: dict[str, float] = {}
 
     def __enter__(self) -> Self:
         return self
@@ -374,8 +392,9 @@ class GroupRunner:
         self.close()
 
     def close(self) -> None:
-        """Close every environment and stop the workers."""
-        self._hosts.close()
+        """Close every environment and stop the workers (not those of a pool passed in)."""
+        if self._owns:
+            self._hosts.close()
 
     def run(
         self,
@@ -385,6 +404,7 @@ class GroupRunner:
         group_size: int = 8,
         seeds: Sequence[int | None] | int | None = None,
         options: Mapping[str, Any] | None = None,
+        on_step: StepHook | None = None,
     ) -> list[list[Trajectory]]:
         """Play ``group_size`` siblings of every task; returns one list of G trajectories per task.
 
@@ -392,10 +412,11 @@ class GroupRunner:
             tasks: One entry per group, passed as ``options["task"]`` to ``reset`` (``None``
                 lets the environment draw a task from ``seed``).
             policy: Batched policy (:data:`Policy`); called once per turn with every live
-                episode, must return one string per turn.
+                episode, must return one :data:`Decision` per turn.
             group_size: G, siblings per task.
             seeds: Reset seed per group (or one seed for all); siblings share their group's.
             options: Extra reset options for every group (e.g. ``{"split": "valid_seen"}``).
+            on_step: Called after every transition (:data:`StepHook`).
         """
         if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
             raise ValueError(f"group_size must be a positive int, got {group_size!r}")
@@ -431,6 +452,7 @@ class GroupRunner:
             episodes.append(_Episode(g, i, k, task_id, obs, dict(info)))
         self._check_identical_starts(episodes, group_size)
 
+        self.stats = {"policy_s": 0.0, "env_s": 0.0, "decisions": 0.0}
         t = 0
         while True:
             live = [e for e in episodes if not e.done]
@@ -441,15 +463,18 @@ class GroupRunner:
                     e.done = e.truncated = True
                 break
             turns = [Turn(e.group, e.slot, t, e.obs, e.info, tuple(e.history)) for e in live]
-            actions = list(policy(turns))
-            if len(actions) != len(live):
-                raise ValueError(f"the policy returned {len(actions)} actions for {len(live)} turns")
-            for a in actions:
-                if not isinstance(a, str):
-                    raise TypeError(f"the policy must return str actions, got {type(a).__name__}")
+            t0 = time.perf_counter()
+            actions, extras = _split_decisions(policy(turns), len(live))
+            t1 = time.perf_counter()
             results = self._hosts.call("step", [(e.env_index, a) for e, a in zip(live, actions)])
-            for e, action, (obs, reward, terminated, truncated, info) in zip(live, actions, results):
-                e.steps.append(step_from_info(e.obs, e.info, action, obs, reward, info))
+            self.stats["policy_s"] += t1 - t0
+            self.stats["env_s"] += time.perf_counter() - t1
+            self.stats["decisions"] += len(live)
+            for e, turn, action, extra, (obs, reward, terminated, truncated, info) in zip(live, turns, actions, extras, results):
+                step = step_from_info(e.obs, e.info, action, obs, reward, info, extra=extra)
+                e.steps.append(step)
+                if on_step is not None:
+                    on_step(turn, step, info)
                 e.history.append((e.obs, action))
                 e.obs, e.info = obs, dict(info)
                 if terminated or truncated:
@@ -482,6 +507,22 @@ class GroupRunner:
                         "group %d: sibling %d did not start like sibling 0 (task %r vs %r)",
                         first.group, e.slot, e.task_id, first.task_id,
                     )
+
+
+def _split_decisions(decisions: Sequence[Decision], n: int) -> tuple[list[str], list[dict[str, Any] | None]]:
+    """Actions and extras of a policy's answers; a clear error for anything else."""
+    decisions = list(decisions)
+    if len(decisions) != n:
+        raise ValueError(f"the policy returned {len(decisions)} actions for {n} turns")
+    actions: list[str] = []
+    extras: list[dict[str, Any] | None] = []
+    for d in decisions:
+        action, extra = (d[0], dict(d[1])) if isinstance(d, tuple) and len(d) == 2 and isinstance(d[1], Mapping) else (d, None)
+        if not isinstance(action, str):
+            raise TypeError(f"the policy must return str actions or (str, dict) pairs, got {type(d).__name__}")
+        actions.append(action)
+        extras.append(extra)
+    return actions, extras
 
 
 def rollout_groups(

@@ -29,7 +29,7 @@ BASE = [
     "env_id=WebShop-Rubric-v0", "env_kwargs={catalogue: generated, num_products: 60, tagger: lexicon}",
     "train_split=train", "val_split=eval", "max_steps=3", "rubric_shaping=0.0", "max_train_rows=0",
     "action_mode=choose", "temperature=1.0", "estimator=grpo", "estimator_params={}", "micro_batch_rows=2",
-    "trainable_layers=0", "eval_train_games=false",
+    "trainable_layers=0", "eval_train_games=false", "ppo_epochs=2",  # the rescaling control needs a second epoch (one clipped SGD step is scale-free)
 ]
 
 PROMPTS = [[5, 17, 23, 9, 41], [7, 7, 30, 12], [44, 3, 19]]

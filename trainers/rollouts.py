@@ -10,8 +10,10 @@ encoded with the model's chat template and answered in one batch:
   its log-probability under the policy; an action is sampled from softmax(score / T).
 
 Siblings of a group reset with the same task and seed, so they start from identical states.
-Each decision becomes a :class:`~agent_envs.trajectory.Step` and a training row (the step's
-own prompt ids and response ids).
+The episodes are played by :class:`~agent_envs.rollout.GroupRunner`, the one episode loop;
+the language model is its policy. Each decision becomes a
+:class:`~agent_envs.trajectory.Step` (the response text in ``Step.extra["response"]``) and a
+training row (the step's own prompt ids and response ids).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from agent_envs.rollout import EnvPool
-from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
+from agent_envs.rollout import EnvPool, GroupRunner, Turn
+from agent_envs.trajectory import Step, Trajectory
 from trainers.generation import GenerationBackend, score_candidates
 from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
@@ -129,22 +131,37 @@ def decision_prompt(tokenizer: Any, goal: str, observation: str, info: dict[str,
     return _encode_prompt(tokenizer, text, settings.max_prompt_tokens, settings.system_prompt)
 
 
-class _Episode:
-    def __init__(self, g: int, i: int, ref: TaskRef, obs: str, info: dict[str, Any]) -> None:
-        self.g, self.i, self.ref = g, i, ref
-        self.obs, self.info = str(obs), info
-        task = info.get("task") or {}
-        self.task_id = task.get("id", ref.task)
-        self.goal = str(task.get("goal", ""))
-        self.task_type = task.get("type")
-        self.steps: list[Step] = []
-        self.rows: list[RowTokens] = []
-        self.history: list[tuple[str, str]] = []
-        self.done = False
-        self.truncated = False
-        self.score = 0.0
-        self.won = False
-        self.invalid = 0
+class _Recorder:
+    """The trainer's side of one :meth:`GroupRunner.run <agent_envs.rollout.GroupRunner.run>`:
+    the language-model policy, and what it records per decision (training rows, token
+    counts) and per episode (task type, final ``info``)."""
+
+    def __init__(self, model: Any, tokenizer: Any, backend: GenerationBackend | None, settings: RolloutSettings) -> None:
+        self.model, self.tokenizer, self.backend, self.settings = model, tokenizer, backend, settings
+        self.rows: dict[tuple[int, int], list[RowTokens]] = {}
+        self.first: dict[tuple[int, int], Mapping[str, Any]] = {}
+        self.last: dict[tuple[int, int], Mapping[str, Any]] = {}
+        self.tokens = {"gen_tokens": 0.0, "prompt_tokens": 0.0}
+
+    def __call__(self, turns: Sequence[Turn]) -> list[tuple[str, dict[str, str]]]:
+        goals = [str((t.info.get("task") or {}).get("goal", "")) for t in turns]
+        prompts = [decision_prompt(self.tokenizer, g, str(t.observation), t.info, t.history, self.settings)
+                   for g, t in zip(goals, turns)]
+        actions, decided, texts = _decide(self.model, self.tokenizer, self.backend, turns, goals, prompts, self.settings)
+        for t, row in zip(turns, decided):
+            self.rows.setdefault((t.group, t.slot), []).append(row)
+            self.first.setdefault((t.group, t.slot), t.info)
+        self.tokens["gen_tokens"] += sum(len(r.response_ids) for r in decided)
+        self.tokens["prompt_tokens"] += sum(len(p) for p in prompts)
+        return [(a, {"response": text}) for a, text in zip(actions, texts)]
+
+    def on_step(self, turn: Turn, step: Step, info: Mapping[str, Any]) -> None:
+        self.last[(turn.group, turn.slot)] = info
+
+    def meta(self, key: tuple[int, int], traj: Trajectory, ref: TaskRef) -> dict[str, Any]:
+        first = self.first.get(key, {})
+        return {"task_type": (first.get("task") or {}).get("type"), "invalid": sum(not s.valid for s in traj.steps),
+                "steps": len(traj.steps), "task": ref.task, "rubric": _final_rubric(self.last.get(key, first))}
 
 
 def collect_rollouts(
@@ -155,77 +172,36 @@ def collect_rollouts(
     tasks: Sequence[TaskRef],
     group_size: int,
     settings: RolloutSettings,
-    *,
-    env_offset: int = 0,
 ) -> RolloutResult:
     """Roll out ``group_size`` siblings on each task, batching the policy across live envs.
+
+    The episodes are played by :class:`~agent_envs.rollout.GroupRunner` (the project's one
+    episode loop) on ``pool``; the language model is its policy.
 
     Args:
         model: The policy (used for scoring in ``choose`` mode).
         tokenizer: Its tokenizer (chat template, decoding).
         backend: Generation backend (``generate`` mode).
-        pool: Environments; needs at least ``env_offset + len(tasks) * group_size`` slots.
-        tasks: One :class:`TaskRef` per group.
+        pool: Environments; needs at least ``len(tasks) * group_size`` slots.
+        tasks: One :class:`TaskRef` per group, all of one split.
         group_size: Siblings per task.
         settings: Rollout settings.
-        env_offset: First pool slot to use.
     """
     n = len(tasks) * group_size
-    if env_offset + n > pool.n:
-        raise ValueError(f"the environment pool has {pool.n} slots; {env_offset + n} are needed")
+    if pool.n is not None and n > pool.n:
+        raise ValueError(f"the environment pool has {pool.n} slots; {n} are needed")
+    splits = {ref.split for ref in tasks}
+    if len(splits) > 1:
+        raise ValueError(f"one rollout plays one split, got {sorted(map(str, splits))}")
+    split = next(iter(splits), None)
     t0 = time.perf_counter()
-    stats = {"policy_s": 0.0, "env_s": 0.0, "gen_tokens": 0.0, "prompt_tokens": 0.0, "decisions": 0.0}
-    reqs = []
-    for g, ref in enumerate(tasks):
-        options = {"task": ref.task}
-        if ref.split is not None:
-            options["split"] = ref.split
-        for i in range(group_size):
-            reqs.append((env_offset + g * group_size + i, ref.seed, options))
-    te = time.perf_counter()
-    first = pool.reset(reqs)
-    stats["env_s"] += time.perf_counter() - te
-    eps = [_Episode(k // group_size, k % group_size, tasks[k // group_size], obs, info) for k, (obs, info) in enumerate(first)]
-    for _turn in range(settings.max_steps):
-        live = [e for e in eps if not e.done]
-        if not live:
-            break
-        prompts = [decision_prompt(tokenizer, e.goal, e.obs, e.info, e.history, settings) for e in live]
-        tp = time.perf_counter()
-        actions, decided, texts = _decide(model, tokenizer, backend, live, prompts, settings)
-        stats["policy_s"] += time.perf_counter() - tp
-        stats["gen_tokens"] += sum(len(r.response_ids) for r in decided)
-        stats["prompt_tokens"] += sum(len(p) for p in prompts)
-        stats["decisions"] += len(live)
-        te = time.perf_counter()
-        results = pool.step([(env_offset + e.g * group_size + e.i, a) for e, a in zip(live, actions)])
-        stats["env_s"] += time.perf_counter() - te
-        for e, row, text, action, (obs, reward, term, trunc, info) in zip(live, decided, texts, actions, results):
-            step = step_from_info(e.obs, e.info, action, obs, reward, info, extra={"response": text})
-            e.invalid += int(not step.valid)
-            e.steps.append(step)
-            e.rows.append(row)
-            e.history.append((e.obs, action))
-            e.obs, e.info = str(obs), info
-            e.score = float(info.get("score", e.score))
-            e.won = bool(info.get("won", False))
-            if term or trunc:
-                e.done, e.truncated = True, bool(trunc and not term)
-            elif len(e.steps) >= settings.max_steps:
-                e.done, e.truncated = True, True
-    for e in eps:
-        if not e.done:
-            e.done, e.truncated = True, True
-    groups = [[None] * group_size for _ in tasks]
-    rows = [[None] * group_size for _ in tasks]
-    meta = [[None] * group_size for _ in tasks]
-    for e in eps:
-        groups[e.g][e.i] = Trajectory(task_id=hashable(e.task_id, str(e.ref.task)), slot=e.i, steps=e.steps,
-                                      score=e.score, success=e.won, truncated=e.truncated)
-        rows[e.g][e.i] = e.rows
-        meta[e.g][e.i] = {"task_type": e.task_type, "invalid": e.invalid, "steps": len(e.steps), "task": e.ref.task,
-                          "rubric": _final_rubric(e.info)}
-    stats["rollout_s"] = time.perf_counter() - t0
+    recorder = _Recorder(model, tokenizer, backend, settings)
+    runner = GroupRunner(pool, max_steps=settings.max_steps)
+    groups = runner.run([ref.task for ref in tasks], recorder, group_size=group_size, seeds=[ref.seed for ref in tasks],
+                        options=None if split is None else {"split": split}, on_step=recorder.on_step)
+    rows = [[recorder.rows.get((g, i), []) for i in range(group_size)] for g in range(len(tasks))]
+    meta = [[recorder.meta((g, i), groups[g][i], ref) for i in range(group_size)] for g, ref in enumerate(tasks)]
+    stats = {**runner.stats, **recorder.tokens, "rollout_s": time.perf_counter() - t0}
     return RolloutResult(groups, rows, meta, stats)
 
 
@@ -272,10 +248,10 @@ def candidate_ids(tokenizer: Any, admissible: Sequence[str], goal: str) -> list[
     return [tokenizer.encode(format_action(fill_slots(str(a), goal)), add_special_tokens=False) + [eos] for a in admissible]
 
 
-def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live: list[_Episode],
+def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, turns: Sequence[Turn], goals: Sequence[str],
             prompts: list[list[int]], settings: RolloutSettings) -> tuple[list[str], list[RowTokens], list[str]]:
-    """Actions, training rows and response texts for the live episodes."""
-    n = len(live)
+    """Actions, training rows and response texts for the live episodes' turns."""
+    n = len(turns)
     actions: list[str] = [""] * n
     rows = [RowTokens(prompts[k], []) for k in range(n)]
     texts: list[str] = [""] * n
@@ -283,14 +259,14 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live:
     if settings.action_mode == "choose":
         to_generate = []
         idx, cands, cand_ids = [], [], []
-        for k, e in enumerate(live):
-            adm = [fill_slots(str(a), e.goal) for a in (e.info.get("admissible_actions") or [])]
+        for k, (turn, goal) in enumerate(zip(turns, goals)):
+            adm = [fill_slots(str(a), goal) for a in (turn.info.get("admissible_actions") or [])]
             if not adm:
                 to_generate.append(k)
                 continue
             idx.append(k)
             cands.append(adm)
-            cand_ids.append(candidate_ids(tokenizer, adm, e.goal))
+            cand_ids.append(candidate_ids(tokenizer, adm, goal))
         if idx:
             scores = score_candidates(model, [prompts[k] for k in idx], cand_ids,
                                       pad_id=tokenizer.pad_token_id, max_rows=settings.batch_rows)
@@ -306,7 +282,7 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, live:
                                top_p=settings.top_p, max_new_tokens=settings.max_response_tokens)
         for k, resp in zip(to_generate, gen):
             text = tokenizer.decode(resp, skip_special_tokens=True)
-            adm = [str(a) for a in (live[k].info.get("admissible_actions") or [])]
+            adm = [str(a) for a in (turns[k].info.get("admissible_actions") or [])]
             action, _ok = parse_action(text, adm or None)
             if "<action>" not in text.lower() or not action:
                 action = NO_ACTION

@@ -61,7 +61,8 @@ def exact_choice_kl(old: list[torch.Tensor], new: list[torch.Tensor]) -> tuple[f
         >>> round(total, 6) == round(0.5 * math.log(2) + 0.5 * math.log(2 / 3), 6), n
         (True, 1)
     """
-    total = sum(float((o.double().exp() * (o.double() - w.double())).sum()) for o, w in zip(old, new, strict=True))
+    # each row's KL is >= 0; float32 log-probabilities can put a KL of ~0 at -1e-9
+    total = sum(max(0.0, float((o.double().exp() * (o.double() - w.double())).sum())) for o, w in zip(old, new, strict=True))
     return total, len(old)
 
 
