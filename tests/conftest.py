@@ -21,7 +21,8 @@ import pytest
 
 STRICT_SKIPS = os.environ.get("RUBRICGYM_STRICT_SKIPS", "") not in ("", "0", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# ../shared beside the checkout, or $RUBRICGYM_SHARED (as .ci/run takes it)
+SHARED_DATA = Path(os.environ.get("RUBRICGYM_SHARED") or REPO_ROOT.parent / "shared") / "data"
 
 
 @pytest.hookimpl(hookwrapper=True)
