@@ -53,7 +53,10 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from textworld.core import GameState
 
 __all__ = [
     "GameFileError",
@@ -376,149 +379,167 @@ def _give_lib(lib: Any) -> None:
         _lib_pool.append(lib)
 
 
+class _Restoring:
+    """What :class:`RestorablePddlEnv` changes in textworld's ``PddlEnv`` (see module doc).
+
+    A mixin placed before ``PddlEnv`` (``class RestorablePddlEnv(_Restoring, PddlEnv)``), so
+    that this module imports without textworld: :func:`_restorable_env_class` builds the
+    class on first use.
+    """
+
+    _translation: Translation | None = None
+    _initial_texts: _InitialTexts | None = None
+
+    def __init__(self, infos: Any = None) -> None:
+        # PddlEnv.__init__ minus the unconditional load_lib(): a released copy of the
+        # library is reused when there is one (every state construction reloads it).
+        import textworld
+
+        textworld.Environment.__init__(self, infos)
+        self.downward_lib = _take_lib()
+
+    def load(self, filename_or_data: str | Path | Mapping[str, Any]) -> None:
+        if isinstance(filename_or_data, Mapping):
+            check_game_data(filename_or_data, "<game data>")
+            data = dict(filename_or_data)
+            self._game_file = None
+        else:
+            data = read_game_file(filename_or_data)
+            self._game_file = str(filename_or_data)
+        label = self._game_file or "<game data>"
+        # Nothing of the engine changes until the new game has loaded: a game that fails
+        # leaves the engine without a game (never half of one).
+        self._game_data = None
+        self._translation = None
+        self._initial_texts = None
+        try:
+            logic = game_logic(data["pddl_domain"], data["grammar"])
+            translation = translate(data["pddl_domain"], data["pddl_problem"])
+            state = _restored_state(self.downward_lib, data["pddl_problem"], logic, translation)
+            self._logic, self._pddl_state = logic, state
+            entity_infos = self._get_entity_infos()
+        except GameFileError:
+            raise
+        except Exception as exc:  # tatsu parse errors, translator assertion errors, ...
+            raise GameFileError(
+                f"corrupt ALFWorld game file {label}: the engine cannot load it "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        self._game_data, self._translation = data, translation
+        self.walkthrough = data.get("walkthrough", None)
+        self._entity_infos = entity_infos
+
+    def _initial_state(self) -> Any:
+        if self._translation is None or self._game_data is None:
+            raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
+        return _restored_state(
+            self.downward_lib, self._game_data["pddl_problem"], self._logic, self._translation
+        )
+
+    def reset(self) -> GameState:
+        # Same sequence as PddlEnv.reset, with the kept grounding instead of a new one.
+        from textworld.core import GameState
+
+        self._pddl_state = self._initial_state()
+        self.prev_state = None
+        self.state = GameState()
+        self._last_action = None
+        self._moves = 0
+        initial = self._initial_texts
+        texts_key = None
+        if initial is None:
+            texts_key = self._initial_texts_key()
+            initial = self._initial_texts = _lru_get(_texts_cache, texts_key)
+        if initial is None:
+            self._derive_initial_texts(texts_key)
+        else:
+            self.state.feedback = initial.intro
+            self.state.raw = initial.intro
+            self._gather_initial_infos(initial)
+        if "walkthrough" in self.request_infos.extras:
+            self.state["extra.walkthrough"] = self.walkthrough or self._pddl_state.replan(
+                self._entity_infos
+            )
+        return self.state
+
+    def _initial_texts_key(self) -> str:
+        """Key of the initial texts, shared by every engine of the process playing this game
+        with the same names."""
+        names = sorted((k, str(info.name)) for k, info in self._entity_infos.items())
+        return _cache_key(
+            json.dumps([self._game_data["pddl_domain"], self._game_data["grammar"]]),
+            json.dumps([self._game_data["pddl_problem"], names]),
+        )
+
+    def _derive_initial_texts(self, texts_key: str | None) -> None:
+        """The first reset of a game: the grammar derives the initial texts (then kept)."""
+        context = {
+            "state": self._pddl_state,
+            "facts": list(self._pddl_state.facts),
+            "variables": {},
+            "mapping": {},
+            "entity_infos": self._entity_infos,
+        }
+        self.state.feedback = self._logic.grammar.derive("#intro#", context)
+        self.state.raw = self.state.feedback
+        self._gather_infos()
+        self._initial_texts = _InitialTexts(
+            intro=self.state.feedback,
+            command_templates=tuple(self.state["command_templates"]),
+            action_ids=tuple(a.id for a in self.state["_valid_actions"]),
+            action_templates=tuple(a.command_template for a in self.state["_valid_actions"]),
+            valid_commands=tuple(self.state["_valid_commands"]),
+            admissible_commands=tuple(self.state["admissible_commands"]),
+        )
+        _lru_put(_texts_cache, texts_key, self._initial_texts)
+
+    def _gather_initial_infos(self, initial: _InitialTexts) -> None:
+        """``PddlEnv._gather_infos`` for the initial state, reusing its derived texts.
+
+        The texts (intro, command strings) are what the grammar derives from the
+        initial state, which is identical on every reset; everything else is read from
+        the restored state as upstream does.  If the applicable operators ever differed
+        from the first reset's, the full derivation runs instead.
+        """
+        s = self.state
+        s["command_templates"] = list(initial.command_templates)
+        s["won"] = self._pddl_state.check_goal()
+        s["lost"] = False
+        s["_entity_infos"] = dict(self._entity_infos)
+        s["_facts"] = list(self._pddl_state.facts)
+        if self.request_infos.facts:
+            s["facts"] = list(map(self._get_human_readable_fact, s["_facts"]))
+        s["last_action"] = None
+        s["_last_action"] = self._last_action
+        actions = list(self._pddl_state.all_applicable_actions())
+        if tuple(a.id for a in actions) != initial.action_ids:  # pragma: no cover - defensive
+            logger.warning("initial operators changed between resets; deriving texts again")
+            self._gather_infos()
+            return
+        for action, template in zip(actions, initial.action_templates):
+            action.command_template = template
+        s["_valid_actions"] = actions
+        s["_valid_commands"] = list(initial.valid_commands)
+        s["admissible_commands"] = list(initial.admissible_commands)
+        if self.request_infos.moves:
+            s["moves"] = self._moves
+        if self.request_infos.policy_commands:
+            s["policy_commands"] = self._pddl_state.replan(self._entity_infos)
+
+    def close(self) -> None:
+        # The library copy is not dlclose'd (unloading it and loading another copy later
+        # crashed the process); it goes back to a pool for the next engine.
+        lib = self.__dict__.pop("downward_lib", None)
+        if lib is not None:
+            _give_lib(lib)
+
+
 def _restorable_env_class() -> type:
     """Build :class:`RestorablePddlEnv` (deferred so that textworld loads on first use)."""
-    import textworld
-    from textworld.core import GameState
     from textworld.envs.pddl import PddlEnv
 
-    class _RestorablePddlEnv(PddlEnv):
+    class _RestorablePddlEnv(_Restoring, PddlEnv):
         """textworld's ``PddlEnv`` whose ``reset`` restores the kept grounding (see module doc)."""
-
-        _translation: Translation | None = None
-        _initial_texts: _InitialTexts | None = None
-
-        def load(self, filename_or_data: str | Path | Mapping[str, Any]) -> None:
-            if isinstance(filename_or_data, Mapping):
-                check_game_data(filename_or_data, "<game data>")
-                data = dict(filename_or_data)
-                self._game_file = None
-            else:
-                data = read_game_file(filename_or_data)
-                self._game_file = str(filename_or_data)
-            label = self._game_file or "<game data>"
-            # Nothing of the engine changes until the new game has loaded: a game that fails
-            # leaves the engine without a game (never half of one).
-            self._game_data = None
-            self._translation = None
-            self._initial_texts = None
-            try:
-                logic = game_logic(data["pddl_domain"], data["grammar"])
-                translation = translate(data["pddl_domain"], data["pddl_problem"])
-                state = _restored_state(self.downward_lib, data["pddl_problem"], logic, translation)
-                self._logic, self._pddl_state = logic, state
-                entity_infos = self._get_entity_infos()
-            except GameFileError:
-                raise
-            except Exception as exc:  # tatsu parse errors, translator assertion errors, ...
-                raise GameFileError(
-                    f"corrupt ALFWorld game file {label}: the engine cannot load it "
-                    f"({type(exc).__name__}: {exc})"
-                ) from exc
-            self._game_data, self._translation = data, translation
-            self.walkthrough = data.get("walkthrough", None)
-            self._entity_infos = entity_infos
-
-        def _initial_state(self) -> Any:
-            if self._translation is None or self._game_data is None:
-                raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
-            return _restored_state(
-                self.downward_lib, self._game_data["pddl_problem"], self._logic, self._translation
-            )
-
-
-        def reset(self) -> GameState:
-            # Same sequence as PddlEnv.reset, with the kept grounding instead of a new one.
-            self._pddl_state = self._initial_state()
-            self.prev_state = None
-            self.state = GameState()
-            self._last_action = None
-            self._moves = 0
-            initial = self._initial_texts
-            texts_key = None
-            if initial is None:
-                # Shared by every engine of the process playing this game with the same names.
-                names = sorted((k, str(info.name)) for k, info in self._entity_infos.items())
-                texts_key = _cache_key(
-                    json.dumps([self._game_data["pddl_domain"], self._game_data["grammar"]]),
-                    json.dumps([self._game_data["pddl_problem"], names]),
-                )
-                initial = self._initial_texts = _lru_get(_texts_cache, texts_key)
-            if initial is None:
-                context = {
-                    "state": self._pddl_state,
-                    "facts": list(self._pddl_state.facts),
-                    "variables": {},
-                    "mapping": {},
-                    "entity_infos": self._entity_infos,
-                }
-                self.state.feedback = self._logic.grammar.derive("#intro#", context)
-                self.state.raw = self.state.feedback
-                self._gather_infos()
-                self._initial_texts = _InitialTexts(
-                    intro=self.state.feedback,
-                    command_templates=tuple(self.state["command_templates"]),
-                    action_ids=tuple(a.id for a in self.state["_valid_actions"]),
-                    action_templates=tuple(a.command_template for a in self.state["_valid_actions"]),
-                    valid_commands=tuple(self.state["_valid_commands"]),
-                    admissible_commands=tuple(self.state["admissible_commands"]),
-                )
-                _lru_put(_texts_cache, texts_key, self._initial_texts)
-            else:
-                self.state.feedback = initial.intro
-                self.state.raw = initial.intro
-                self._gather_initial_infos(initial)
-            if "walkthrough" in self.request_infos.extras:
-                self.state["extra.walkthrough"] = self.walkthrough or self._pddl_state.replan(
-                    self._entity_infos
-                )
-            return self.state
-
-        def _gather_initial_infos(self, initial: _InitialTexts) -> None:
-            """``PddlEnv._gather_infos`` for the initial state, reusing its derived texts.
-
-            The texts (intro, command strings) are what the grammar derives from the
-            initial state, which is identical on every reset; everything else is read from
-            the restored state as upstream does.  If the applicable operators ever differed
-            from the first reset's, the full derivation runs instead.
-            """
-            s = self.state
-            s["command_templates"] = list(initial.command_templates)
-            s["won"] = self._pddl_state.check_goal()
-            s["lost"] = False
-            s["_entity_infos"] = dict(self._entity_infos)
-            s["_facts"] = list(self._pddl_state.facts)
-            if self.request_infos.facts:
-                s["facts"] = list(map(self._get_human_readable_fact, s["_facts"]))
-            s["last_action"] = None
-            s["_last_action"] = self._last_action
-            actions = list(self._pddl_state.all_applicable_actions())
-            if tuple(a.id for a in actions) != initial.action_ids:  # pragma: no cover - defensive
-                logger.warning("initial operators changed between resets; deriving texts again")
-                self._gather_infos()
-                return
-            for action, template in zip(actions, initial.action_templates):
-                action.command_template = template
-            s["_valid_actions"] = actions
-            s["_valid_commands"] = list(initial.valid_commands)
-            s["admissible_commands"] = list(initial.admissible_commands)
-            if self.request_infos.moves:
-                s["moves"] = self._moves
-            if self.request_infos.policy_commands:
-                s["policy_commands"] = self._pddl_state.replan(self._entity_infos)
-
-        def __init__(self, infos: Any = None) -> None:
-            # PddlEnv.__init__ minus the unconditional load_lib(): a released copy of the
-            # library is reused when there is one (every state construction reloads it).
-            textworld.Environment.__init__(self, infos)
-            self.downward_lib = _take_lib()
-
-        def close(self) -> None:
-            # The library copy is not dlclose'd (unloading it and loading another copy later
-            # crashed the process); it goes back to a pool for the next engine.
-            lib = self.__dict__.pop("downward_lib", None)
-            if lib is not None:
-                _give_lib(lib)
 
     _RestorablePddlEnv.__name__ = _RestorablePddlEnv.__qualname__ = "RestorablePddlEnv"
     return _RestorablePddlEnv
