@@ -744,6 +744,91 @@ def _evaluate(
     }
 
 
+def _task_sets(env: Any, cfg: ArenaConfig) -> tuple[list[Any], list[Any], str | None]:
+    """(training pool, validation tasks, validation split) of a run."""
+    preset = cfg.preset
+    train_pool = resolve_tasks(env, preset.train_split, cfg.train_tasks)
+    if cfg.validate_on_train:
+        if cfg.val_tasks > cfg.train_tasks:
+            raise ValueError("validate_on_train needs val_tasks <= train_tasks")
+        return train_pool, train_pool[: cfg.val_tasks], preset.train_split
+    val_offset = cfg.train_tasks if preset.val_split == preset.train_split else 0
+    return train_pool, resolve_tasks(env, preset.val_split, cfg.val_tasks, val_offset), preset.val_split
+
+
+def _play_groups(
+    env: Any, cfg: ArenaConfig, policy: LinearSoftmaxPolicy, featurizer: Featurizer, seed: int, update: int,
+    picks: Sequence[int], tasks: Sequence[Any],
+) -> tuple[list[list[Trajectory]], list[list[list[DecisionRecord]]], int]:
+    """One update's rollouts: ``cfg.group_size`` siblings per task; (groups, their decision
+    records, invalid actions)."""
+    groups: list[list[Trajectory]] = []
+    group_records: list[list[list[DecisionRecord]]] = []
+    invalid = 0
+    for pick, task in zip(picks, tasks):
+        group, grecs = [], []
+        for slot in range(cfg.group_size):
+            traj, recs, meta = play_episode(
+                env, task=task, split=cfg.preset.train_split, slot=slot, policy=policy,
+                featurizer=featurizer, rng=_rng(seed, update, pick, slot),
+                temperature=cfg.temperature, reset_seed=pick,
+            )
+            group.append(traj)
+            grecs.append(recs)
+            invalid += meta["invalid"]
+        groups.append(group)
+        group_records.append(grecs)
+    return groups, group_records, invalid
+
+
+def _credit_rows(
+    groups: Sequence[Sequence[Trajectory]], group_records: Sequence[Sequence[list[DecisionRecord]]],
+    results: Sequence[Any], scale: float,
+) -> tuple[list[DecisionRecord], np.ndarray, list[tuple[int, int, float]]]:
+    """Flatten the decision rows with their advantages (times ``scale``) and map MCGPO
+    preferences (trajectory, step) -> row ids: (records, advantages, pairs)."""
+    records: list[DecisionRecord] = []
+    adv_parts: list[np.ndarray] = []
+    pairs: list[tuple[int, int, float]] = []
+    for group, grecs, res in zip(groups, group_records, results):
+        offsets = {}
+        for i, (_traj, recs) in enumerate(zip(group, grecs)):
+            offsets[i] = len(records)
+            records += recs
+            adv_parts.append(np.asarray(res.advantages[i], dtype=np.float64))
+        for pref in res.pairs:
+            (pi, pt), (ni, nt) = pref.preferred, pref.rejected
+            pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
+    advantages = scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
+    return records, advantages, pairs
+
+
+def _train_record(
+    update: int, tasks: list[Any], groups: Sequence[Sequence[Trajectory]], invalid: int, n_rows: int,
+    advantages: np.ndarray, results: Sequence[Any], loss_stats: dict[str, float], times: dict[str, float],
+) -> dict[str, Any]:
+    """The ``train`` metric record of one update."""
+    trajs = [t for g in groups for t in g]
+    n_steps = sum(len(t.steps) for t in trajs)
+    return {
+        "kind": "train",
+        "update": update,
+        "tasks": tasks,
+        "success": float(np.mean([t.success for t in trajs])),
+        "score": float(np.mean([t.score for t in trajs])),
+        "mean_steps": n_steps / len(trajs),
+        "episodes": len(trajs),
+        "invalid_rate": invalid / max(1, n_steps),
+        "rows": n_rows,
+        "adv_abs_mean": float(np.mean(np.abs(advantages))) if advantages.size else 0.0,
+        "adv_zero_share": float(np.mean(np.abs(advantages) < 1e-9)) if advantages.size else 1.0,
+        "groups_with_success": int(sum(any(t.success for t in g) for g in groups)),
+        "credit": _aggregate_credit(results),
+        "loss": loss_stats,
+        "time": times,
+    }
+
+
 def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Train and validate one (method, seed) run; writes ``runs/<method>__seed<k>/``.
 
@@ -756,8 +841,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
 
     t_start = time.perf_counter()
     cpu_start = time.process_time()
-    preset = cfg.preset
-    spec: MethodSpec = resolve_method(method, preset.family, cfg.estimator_params, scpo_scorer=cfg.scpo_scorer)
+    spec: MethodSpec = resolve_method(method, cfg.preset.family, cfg.estimator_params, scpo_scorer=cfg.scpo_scorer)
     estimator = spec.build()
     objective = cfg.objective(spec.objective)
     run_dir = Path(out_dir) / "runs" / run_dir_name(method, seed)
@@ -765,14 +849,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     metrics_path = run_dir / "metrics.jsonl"
     tmp_path = run_dir / "metrics.jsonl.partial"
     env = make_arena_env(cfg)
-    train_pool = resolve_tasks(env, preset.train_split, cfg.train_tasks)
-    if cfg.validate_on_train:
-        if cfg.val_tasks > cfg.train_tasks:
-            raise ValueError("validate_on_train needs val_tasks <= train_tasks")
-        val_set, val_split = train_pool[: cfg.val_tasks], preset.train_split
-    else:
-        val_offset = cfg.train_tasks if preset.val_split == preset.train_split else 0
-        val_set, val_split = resolve_tasks(env, preset.val_split, cfg.val_tasks, val_offset), preset.val_split
+    train_pool, val_set, val_split = _task_sets(env, cfg)
     featurizer = Featurizer(cfg.dim)
     policy = LinearSoftmaxPolicy(cfg.dim)
     warm: dict[str, float] = {}
@@ -790,51 +867,27 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
             fh.write(json.dumps(arena_record(rec), allow_nan=True) + "\n")
             fh.flush()
 
+        def validate(update: int) -> dict[str, Any]:
+            t_eval = time.perf_counter()
+            rec = _evaluate(env, cfg, val_set, val_split, policy, featurizer, seed, update)
+            rec["time"] = {"eval": time.perf_counter() - t_eval}
+            run.evals.append(rec)
+            emit(rec)
+            return rec
+
         emit({"kind": "config", "method": method, "seed": seed, "estimator": spec.estimator,
               "variants": list(spec.variants), "estimator_params": {k: v for k, v in spec.params.items()},
               "objective": asdict(objective), "arena": cfg.to_dict(), "warm_start": warm})
-        t_eval = time.perf_counter()
-        rec = _evaluate(env, cfg, val_set, val_split, policy, featurizer, seed, 0)
-        rec["time"] = {"eval": time.perf_counter() - t_eval}
-        run.evals.append(rec)
-        emit(rec)
+        validate(0)
         for update in range(1, cfg.updates + 1):
             t0 = time.perf_counter()
             picks = sorted(task_rng.choice(cfg.train_tasks, size=cfg.tasks_per_update, replace=False).tolist())
             tasks = [train_pool[k] for k in picks]
-            groups: list[list[Trajectory]] = []
-            group_records: list[list[list[DecisionRecord]]] = []
-            invalid = 0
-            for pick, task in zip(picks, tasks):
-                group, grecs = [], []
-                for slot in range(cfg.group_size):
-                    traj, recs, meta = play_episode(
-                        env, task=task, split=preset.train_split, slot=slot, policy=policy,
-                        featurizer=featurizer, rng=_rng(seed, update, pick, slot),
-                        temperature=cfg.temperature, reset_seed=pick,
-                    )
-                    group.append(traj)
-                    grecs.append(recs)
-                    invalid += meta["invalid"]
-                groups.append(group)
-                group_records.append(grecs)
+            groups, group_records, invalid = _play_groups(env, cfg, policy, featurizer, seed, update, picks, tasks)
             t1 = time.perf_counter()
             results = estimator(groups)
             t2 = time.perf_counter()
-            # Flatten rows; map MCGPO preferences (traj, step) -> row ids.
-            records: list[DecisionRecord] = []
-            adv_parts: list[np.ndarray] = []
-            pairs: list[tuple[int, int, float]] = []
-            for group, grecs, res in zip(groups, group_records, results):
-                offsets = {}
-                for i, (traj, recs) in enumerate(zip(group, grecs)):
-                    offsets[i] = len(records)
-                    records += recs
-                    adv_parts.append(np.asarray(res.advantages[i], dtype=np.float64))
-                for pref in res.pairs:
-                    (pi, pt), (ni, nt) = pref.preferred, pref.rejected
-                    pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
-            advantages = cfg.adv_scale * spec.adv_scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
+            records, advantages, pairs = _credit_rows(groups, group_records, results, cfg.adv_scale * spec.adv_scale)
             scaled = scaler.normalize(advantages)
             loss_stats: dict[str, float] = {}
             if cfg.rl:
@@ -845,37 +898,16 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
             loss_stats["adv_rms"] = float(np.sqrt(np.mean(advantages**2))) if advantages.size else 0.0
             loss_stats["adv_rms_scaled"] = float(np.sqrt(np.mean(scaled**2))) if scaled.size else 0.0
             t3 = time.perf_counter()
-            trajs = [t for g in groups for t in g]
-            n_steps = sum(len(t.steps) for t in trajs)
-            train_rec = {
-                "kind": "train",
-                "update": update,
-                "tasks": tasks,
-                "success": float(np.mean([t.success for t in trajs])),
-                "score": float(np.mean([t.score for t in trajs])),
-                "mean_steps": n_steps / len(trajs),
-                "episodes": len(trajs),
-                "invalid_rate": invalid / max(1, n_steps),
-                "rows": len(records),
-                "adv_abs_mean": float(np.mean(np.abs(advantages))) if advantages.size else 0.0,
-                "adv_zero_share": float(np.mean(np.abs(advantages) < 1e-9)) if advantages.size else 1.0,
-                "groups_with_success": int(sum(any(t.success for t in g) for g in groups)),
-                "credit": _aggregate_credit(results),
-                "loss": loss_stats,
-                "time": {"rollout": t1 - t0, "credit": t2 - t1, "update": t3 - t2},
-            }
+            train_rec = _train_record(update, tasks, groups, invalid, len(records), advantages, results, loss_stats,
+                                      {"rollout": t1 - t0, "credit": t2 - t1, "update": t3 - t2})
             run.train.append(train_rec)
             emit(train_rec)
             if cfg.save_rollouts:
                 from agent_envs.trajectory import save_jsonl
 
-                save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", trajs)
+                save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", [t for g in groups for t in g])
             if update % cfg.eval_every == 0 or update == cfg.updates:
-                t_eval = time.perf_counter()
-                rec = _evaluate(env, cfg, val_set, val_split, policy, featurizer, seed, update)
-                rec["time"] = {"eval": time.perf_counter() - t_eval}
-                run.evals.append(rec)
-                emit(rec)
+                rec = validate(update)
                 log.info("%s seed %d update %d: validation success %.3f", method, seed, update, rec["success"])
         end = {"kind": "end", "update": cfg.updates, "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
                "cpu_seconds": time.process_time() - cpu_start}
