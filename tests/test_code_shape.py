@@ -14,7 +14,7 @@ PACKAGES = ("agent_envs", "rubrics", "wrappers", "trainers")
 MAX_LINES = 100
 #: Known offenders still being split by their owners, as ``path name``: each must still be
 #: over the limit (a fixed one must leave this set), and no other function may be.
-PENDING = {"trainers/trainer.py __init__"}
+PENDING: set[str] = set()
 
 
 def long_functions(root: Path = REPO, max_lines: int = MAX_LINES) -> list[str]:

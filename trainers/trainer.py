@@ -168,6 +168,26 @@ class Trainer:
             raise ValueError(f"the trainer supports one process or DDP, not {acc.distributed_type.name}: generation, "
                              "choose-mode scoring and the weight digests use the full, unsharded model")
         self.rank, self.world = acc.process_index, acc.num_processes
+        self._build_run_dir(run_dir, resume)
+        set_seed(cfg.seed)
+        self._build_tasks()
+        self._build_model()
+        self._build_rollouts()
+        self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
+        self.start_update = 0
+        self.phase_seconds: dict[str, float] = {"eval": 0.0, "rollout": 0.0, "credit": 0.0, "optimize": 0.0, "checkpoint": 0.0}
+        self.eval_history: list[dict[str, Any]] = []
+        self.resumed_from: str | None = None
+        self.warm_start_stats: dict[str, float] | None = None
+        self.warm_start_eval: dict[str, float] | None = None
+        self.train_games_eval: dict[str, dict[str, float]] = {}  # "before" / "after" the RL phase
+        if resume:
+            self._resume()
+
+    # ------------------------------------------------------------------ builders
+    def _build_run_dir(self, run_dir: str | os.PathLike[str] | None, resume: bool) -> None:
+        """The run folder (agreed by every process), its config, and the torch threads."""
+        cfg, acc = self.cfg, self.accelerator
         if run_dir is None:
             name = cfg.run_name or f"{cfg.preset or 'run'}-{cfg.estimator}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
             run_dir = Path(cfg.output_dir) / name
@@ -184,8 +204,10 @@ class Trainer:
         if not torch.cuda.is_available():
             torch.set_num_threads(cpu_threads(cfg.torch_threads))
         log.info("torch threads: %d", torch.get_num_threads())
-        set_seed(cfg.seed)
-        # --- tasks ---
+
+    def _build_tasks(self) -> None:
+        """The validation tasks and the training pool (the validation tasks held out of it)."""
+        cfg = self.cfg
         self.val_task_ids = self._task_ids(cfg.val_split, cfg.val_tasks, "val_tasks") if cfg.val_tasks else []
         self.train_task_ids = self._task_ids(cfg.train_split, cfg.train_tasks, "train_tasks")
         if cfg.train_split == cfg.val_split:  # same pool: hold the validation tasks out of training
@@ -194,7 +216,10 @@ class Trainer:
             if not kept:
                 raise ConfigError(f"val_tasks={cfg.val_tasks} leaves no training tasks in split {cfg.train_split!r}")
             self.train_task_ids = kept
-        # --- model ---
+
+    def _build_model(self) -> None:
+        """Policy, tokenizer, KL reference, SGD optimiser, schedule, update rule, rollout copy."""
+        cfg, acc = self.cfg, self.accelerator
         model, tok = load_policy(cfg.model, seed=cfg.seed, dtype=cfg.dtype)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -231,6 +256,10 @@ class Trainer:
         if bf16_rollouts:
             self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
         self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size)
+
+    def _build_rollouts(self) -> None:
+        """Loss unit, estimator and the environment pool of this process's groups."""
+        cfg = self.cfg
         self.rl_loss = cfg.loss_unit(cfg.rl_loss)
         from wrappers.credit import get_estimator
 
@@ -242,28 +271,23 @@ class Trainer:
 
             env = functools.partial(make_shaped, cfg.env_id, cfg.rubric_shaping, **cfg.env_kwargs)
         self.pool = EnvPool(env, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers)
-        self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
-        self.start_update = 0
-        self.phase_seconds: dict[str, float] = {"eval": 0.0, "rollout": 0.0, "credit": 0.0, "optimize": 0.0, "checkpoint": 0.0}
-        self.eval_history: list[dict[str, Any]] = []
-        self.resumed_from: str | None = None
-        self.warm_start_stats: dict[str, float] | None = None
-        self.warm_start_eval: dict[str, float] | None = None
-        self.train_games_eval: dict[str, dict[str, float]] = {}  # "before" / "after" the RL phase
-        if resume:
-            ckpt = latest_checkpoint(self.run_dir / "checkpoints")
-            if ckpt is not None:
-                state = load_checkpoint(acc, ckpt)
-                self.start_update = int(state["update"])
-                self.eval_history = list(state.get("eval_history", []))
-                self.warm_start_stats = state.get("warm_start")
-                self.warm_start_eval = state.get("warm_start_eval")
-                self.train_games_eval = dict(state.get("train_games_eval") or {})
-                if state.get("adv_scaler") is not None:
-                    self.adv_scaler.load_state_dict(state["adv_scaler"])
-                self.resumed_from = str(ckpt)
-                self._sync_rollout_model(everything=True)
-                log.info("resumed from %s (update %d)", ckpt, self.start_update)
+
+    def _resume(self) -> None:
+        """Continue from the run folder's last complete checkpoint, if there is one."""
+        acc = self.accelerator
+        ckpt = latest_checkpoint(self.run_dir / "checkpoints")
+        if ckpt is not None:
+            state = load_checkpoint(acc, ckpt)
+            self.start_update = int(state["update"])
+            self.eval_history = list(state.get("eval_history", []))
+            self.warm_start_stats = state.get("warm_start")
+            self.warm_start_eval = state.get("warm_start_eval")
+            self.train_games_eval = dict(state.get("train_games_eval") or {})
+            if state.get("adv_scaler") is not None:
+                self.adv_scaler.load_state_dict(state["adv_scaler"])
+            self.resumed_from = str(ckpt)
+            self._sync_rollout_model(everything=True)
+            log.info("resumed from %s (update %d)", ckpt, self.start_update)
 
     # ------------------------------------------------------------------ helpers
     def _task_ids(self, split: str, n: int, field: str) -> list[Any]:
