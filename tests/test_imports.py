@@ -65,6 +65,8 @@ def _commands(args: list[str]) -> list[str]:
         if in_block:
             if line.startswith("╰"):
                 break
+            if line.startswith("│   "):  # a wrapped help line, not a command
+                continue
             parts = line.strip("│ ").split()
             if parts:
                 names.append(parts[0])

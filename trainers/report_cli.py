@@ -25,9 +25,10 @@ def report(
     each: bool = typer.Option(False, "--each", help="Also print every run's own summary."),
     title: str = typer.Option(None, "--title", help="Title of the table (default: the paths)."),
 ) -> None:
-    """Compare runs: per setting and method L5, AUC, final success (mean ± SD over seeds), and paired
-    differences to a baseline with 95% Student-t intervals and MDEs where seeds pair up.
+    """Compare trainer and arena runs: L5, AUC, paired intervals and MDEs against a baseline.
 
+    Per setting and method: L5, AUC and final success (mean ± SD over seeds), and paired
+    differences to a baseline with 95% Student-t intervals and MDEs where seeds pair up.
     A single run folder also gets its curves.png and summary.txt redrawn.
     """
     from rich.console import Console
