@@ -190,12 +190,12 @@ def test_row_level_estimators_skip_the_steps_and_agree_in_full(name: str) -> Non
         np.testing.assert_equal(got.stats, want.stats)
 
 
-def test_step_level_estimators_go_through_groups() -> None:
+def test_mcgpo_skips_the_steps_and_its_pairs_name_input_rows() -> None:
     gs = groups()
     cols = to_columns(gs)
     native = get_estimator("mcgpo")(gs)
     fc = flat_credit("mcgpo", **cols)
-    assert fc.batch._groups is not None
+    assert fc.batch._groups is None, "MCGPO's row-level path built Step objects"
     np.testing.assert_array_equal(fc.advantages, np.concatenate([a for r in native for a in r.advantages]))
     # preferences name input rows: row = the position of (group, trajectory, step) in the columns
     index = {(cols["traj_id"][r], cols["step_index"][r]): r for r in range(len(cols["group_id"]))}

@@ -6,12 +6,13 @@ regroups them into sibling groups, runs any registered estimator and scatters th
 advantages back to the rows, in the input order.  Rows may come in any order; ``step_index``
 (or, when omitted, the order of appearance within a trajectory) orders the steps.
 
-At native speed: the regrouping is column-wise numpy work, and the row-level estimators (GRPO,
-RLOO, GiGPO, GraphGPO, MileGPO: those with a ``compute_rows`` method) run on a
-:class:`~wrappers.credit.graph.RowTable` built straight from the columns, the same code path
-their grouped call takes, so no :class:`~agent_envs.trajectory.Step` is ever made.  The others
-(SCPO, MCGPO, your own) get :class:`~agent_envs.trajectory.Trajectory` groups, built only
-then (``python bench/credit.py`` prints flat vs native times up to 64k rows).
+At native speed: the regrouping is column-wise numpy work, and the estimators with a
+``compute_rows`` method (all seven built-in ones) run on a
+:class:`~wrappers.credit.graph.RowTable` of :class:`StepRows` built straight from the
+columns, each column picked on first use, the same code path their grouped call takes, so no
+:class:`~agent_envs.trajectory.Step` is ever made.  Your own estimators without one get
+:class:`~agent_envs.trajectory.Trajectory` groups, built only then (``python bench/credit.py``
+prints flat vs native times from 3,840 to 61,440 rows).
 
 Columns (one entry per row; only the first four are required):
 
@@ -58,12 +59,12 @@ Example — a verl-agent-style batch (``non_tensor_batch`` arrays, one row per s
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise, repeat
 from operator import itemgetter, ne
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -71,7 +72,7 @@ from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditInputError, CreditResult, Estimator, get_estimator
 from wrappers.credit.graph import RowTable, StepColumns
 
-__all__ = ["FlatBatch", "FlatCredit", "flat_advantages", "flat_batch", "flat_credit"]
+__all__ = ["FlatBatch", "FlatCredit", "StepRows", "flat_advantages", "flat_batch", "flat_credit"]
 
 
 class FlatBatch:
@@ -81,9 +82,9 @@ class FlatBatch:
         groups: The groups (built on first use), in order of first appearance of their
             ``group_id``; inside a group the trajectories are ordered by ``slot`` when slots
             were given, else by first appearance.
-        table: The same rows as a :class:`~wrappers.credit.graph.RowTable` (group-major, then
-            trajectory, then step order), built from the columns without any ``Step``; the
-            row-level estimators (GRPO, RLOO, GiGPO, GraphGPO) read only this.
+        table: The same rows as a :class:`~wrappers.credit.graph.RowTable` of
+            :class:`StepRows` (group-major, then trajectory, then step order), built from the
+            columns without any ``Step``; the row-level estimators read only this.
         rows: ``rows[g][i]`` = input row index of each step of ``groups[g][i]``, in step order.
         order: Input row of every table row (``table`` order), shape (n_rows,).
         n_rows: Number of input rows.
@@ -118,14 +119,17 @@ class FlatBatch:
     @property
     def table(self) -> RowTable:
         if self._table is None:
-            self._table = RowTable.from_columns(_step_columns(self._layout, self._columns))
+            lay = self._layout
+            self._table = RowTable.from_columns(StepRows(
+                np.diff(lay.group_traj).tolist(), np.diff(lay.offsets).tolist(), lay.traj["success"],
+                _FlatSource(lay, self._columns)))
         return self._table
 
     @property
     def consistent(self) -> bool:
         """Task ids constant per group, slots unique per group, keys hashable: what
         :func:`~wrappers.credit.base.validate_groups` checks beyond the column checks."""
-        return self._layout.consistent and _hashable(self.table.columns)
+        return self._layout.consistent and _hashable(self._columns)
 
     def scatter(self, per_step: Sequence[Sequence[np.ndarray]], fill: float = 0.0) -> np.ndarray:
         """Per-row array from per-group, per-trajectory step arrays."""
@@ -155,6 +159,195 @@ class FlatCredit:
     pair_weights: np.ndarray
     results: list[CreditResult]
     batch: FlatBatch
+
+
+#: The value of an absent ``rubric`` / ``extra`` in :class:`StepRows` (read-only, shared).
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class _RowSource(Protocol):
+    def read(self, names: Sequence[str], keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]: ...
+    def group(self, rows: StepRows, g: int, names: Sequence[str], keys: Sequence[str]
+              ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]: ...
+    def trajectory_keys(self) -> Iterator[tuple[list[Hashable], list[Hashable], list[Hashable]]] | None: ...
+    def traj(self, name: str) -> list[Any]: ...
+
+
+class StepRows(StepColumns):
+    """Every field of the step rows: the :class:`~wrappers.credit.graph.StepColumns` of a
+    batch plus the other ``Step`` fields, the matching keys (``Step.keys``) and the
+    trajectory fields.  What MCGPO and SCPO read, so that they run one code path whether the
+    rows come from groups (:meth:`of_groups`: read from the steps) or from an RL library's
+    flat columns (:attr:`FlatBatch.table`: no ``Step`` is made).
+
+    Row order is the :class:`~wrappers.credit.graph.RowTable` order (group-major, then
+    trajectory, then step).  A whole column (:meth:`column`, :meth:`key_column`) is read on
+    first use and kept; :meth:`group_columns` gives one group's rows, which rows from groups
+    read from that group's steps without making a batch-wide list.
+
+    Example:
+        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> rows = StepRows.of_groups([[Trajectory("t", 3, [Step("s", "go", keys={"exact": 1}), Step("u", "look")])]])
+        >>> rows.column("action"), rows.key_column("exact"), rows.traj_column("slot")
+        (['go', 'look'], [1, None], [3])
+        >>> rows.group_columns(0, ["action"], ["exact"])
+        ({'action': ['go', 'look']}, {'exact': [1, None]})
+    """
+
+    #: Step fields of :meth:`column` (``reward``/``penalty`` as float arrays, the rest as lists).
+    NAMES = (*StepColumns.NAMES, "action", "valid", "observation", "feedback", "rubric", "extra")
+    #: Trajectory fields of :meth:`traj_column`.
+    TRAJ_NAMES = ("task_id", "slot", "score", "truncated")
+
+    def __init__(self, sizes: Sequence[int], lengths: Sequence[int], success: Sequence[bool],
+                 source: _RowSource) -> None:
+        super().__init__(sizes, lengths, success)
+        self._source = source
+        self._keys: dict[str, list[Any]] = {}
+        self._traj: dict[str, list[Any]] = {}
+        self._group_bounds: list[int] | None = None
+
+    @classmethod
+    def of_groups(cls, groups: Sequence[Sequence[Trajectory]], names: Sequence[str] = ("reward", "penalty"),
+                  keys: Sequence[str] = ()) -> StepRows:
+        """The rows of a batch of groups (``names`` and ``keys``: the columns to read now, in one
+        pass over the steps; the rest is read on use)."""
+        trajs = [t for g in groups for t in g]
+        self = cls([len(g) for g in groups], [len(t.steps) for t in trajs], [bool(t.success) for t in trajs],
+                   _GroupSource(groups))
+        self.load(names, keys)
+        return self
+
+    def load(self, names: Sequence[str] = (), keys: Sequence[str] = ()) -> None:
+        """Read the step fields ``names`` and the matching keys ``keys`` now (those not yet read)."""
+        names = [k for k in dict.fromkeys(names) if k not in self._cols]
+        keys = [k for k in dict.fromkeys(keys) if k not in self._keys]
+        self._check(names)
+        if names or keys:
+            cols, key_cols = self._source.read(names, keys)
+            self._cols.update(cols)
+            self._keys.update(key_cols)
+
+    def _check(self, names: Sequence[str]) -> None:
+        unknown = [k for k in names if k not in self.NAMES]
+        if unknown:
+            raise KeyError(f"unknown step column {unknown[0]!r}; known: {', '.join(self.NAMES)}")
+
+    def column(self, name: str) -> Any:
+        """One step field per row: a float64 array for ``reward``/``penalty``, else a list
+        (``action_key`` defaults to the action; an absent ``rubric``/``extra`` is an empty
+        mapping)."""
+        if name not in self._cols:
+            self.load((name,))
+        return self._cols[name]
+
+    def key_column(self, name: str) -> list[Any]:
+        """``Step.keys[name]`` per row; None where the key is absent (or ``keys`` is not a
+        mapping)."""
+        if name not in self._keys:
+            self.load((), (name,))
+        return self._keys[name]
+
+    def group_columns(self, g: int, names: Sequence[str] = (), keys: Sequence[str] = ()
+                      ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        """Group ``g``'s rows of the step fields ``names`` (as lists) and matching keys ``keys``."""
+        self._check(names)
+        return self._source.group(self, g, names, keys)
+
+    def group_rows(self, g: int) -> tuple[int, int]:
+        """The row range ``(start, stop)`` of group ``g``."""
+        if self._group_bounds is None:
+            offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.intp)
+            self._group_bounds = offsets[np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.intp)].tolist()
+        return self._group_bounds[g], self._group_bounds[g + 1]
+
+    def trajectory_keys(self) -> Iterator[tuple[list[Hashable], list[Hashable], list[Hashable]]]:
+        """Per trajectory, its ``state_key``, ``next_state_key`` and ``action_key`` lists (rows
+        from groups not yet read as columns: read from each trajectory's steps)."""
+        names = ("state_key", "next_state_key", "action_key")
+        per = None if all(k in self._cols for k in names) else self._source.trajectory_keys()
+        if per is None:
+            cols = [self.column(k) for k in names]
+            offsets = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.intp).tolist()
+            per = ((cols[0][a:b], cols[1][a:b], cols[2][a:b]) for a, b in pairwise(offsets))
+        return per
+
+    def traj_column(self, name: str) -> list[Any]:
+        """One trajectory field (``task_id``, ``slot``, ``score``, ``truncated``) per trajectory."""
+        col = self._traj.get(name)
+        if col is None:
+            if name not in self.TRAJ_NAMES:
+                raise KeyError(f"unknown trajectory column {name!r}; known: {', '.join(self.TRAJ_NAMES)}")
+            col = self._traj[name] = self._source.traj(name)
+        return col
+
+
+class _GroupSource:
+    """The :class:`StepRows` columns of groups of trajectories, read from their steps."""
+
+    def __init__(self, groups: Sequence[Sequence[Trajectory]]) -> None:
+        self._groups = groups
+
+    def read(self, names: Sequence[str], keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        """The step fields ``names`` and matching keys ``keys`` of every row, read in one pass
+        group by group (while its steps are in cache)."""
+        cols: dict[str, Any] = {k: [] for k in names}
+        key_cols: dict[str, list[Any]] = {k: [] for k in keys}
+        for g in range(len(self._groups)):
+            got, got_keys = self.group(None, g, names, keys)
+            for k, v in got.items():
+                cols[k].extend(v)
+            for k, v in got_keys.items():
+                key_cols[k].extend(v)
+        for k in ("reward", "penalty"):
+            if k in cols:
+                cols[k] = np.array(cols[k], dtype=np.float64)
+        return cols, key_cols
+
+    def group(self, rows: StepRows | None, g: int, names: Sequence[str], keys: Sequence[str]
+              ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        steps = [s for t in self._groups[g] for s in t.steps]
+        key_cols = {}
+        if keys:
+            dicts = [s.keys for s in steps]
+            if not set(map(type, dicts)) <= {dict}:  # (mappings of other types; not a mapping: no keys)
+                dicts = [d if isinstance(d, Mapping) else _EMPTY for d in dicts]
+            key_cols = {k: _key_values(dicts, k) for k in keys}
+        return {k: _READ[k](steps) for k in names}, key_cols
+
+    def trajectory_keys(self) -> Iterator[tuple[list[Hashable], list[Hashable], list[Hashable]]]:
+        for group in self._groups:
+            for t in group:
+                steps = t.steps
+                yield [s.state_key for s in steps], [s.next_state_key for s in steps], [s.action_key for s in steps]
+
+    def traj(self, name: str) -> list[Any]:
+        return [getattr(t, name) for g in self._groups for t in g]
+
+
+def _key_values(dicts: list[Mapping[str, Any]], name: str) -> list[Any]:
+    """``keys[name]`` of each step's ``keys`` mapping; None where absent."""
+    try:
+        return list(map(itemgetter(name), dicts))
+    except KeyError:
+        return [d.get(name) for d in dicts]
+
+
+#: Readers of one Step field of a list of steps (list comprehensions read attributes faster
+#: than ``attrgetter``).
+_READ: dict[str, Callable[[list[Step]], list[Any]]] = {
+    "reward": lambda steps: [s.reward for s in steps],
+    "penalty": lambda steps: [s.penalty for s in steps],
+    "state_key": lambda steps: [s.state_key for s in steps],
+    "next_state_key": lambda steps: [s.next_state_key for s in steps],
+    "action_key": lambda steps: [s.action_key for s in steps],
+    "action": lambda steps: [s.action for s in steps],
+    "valid": lambda steps: [s.valid for s in steps],
+    "observation": lambda steps: [s.observation for s in steps],
+    "feedback": lambda steps: [s.feedback for s in steps],
+    "rubric": lambda steps: [s.rubric for s in steps],
+    "extra": lambda steps: [s.extra for s in steps],
+}
 
 
 def _column(name: str, values: Any, n: int | None) -> Sequence[Any]:
@@ -377,9 +570,11 @@ def _final_order(layout: _Layout) -> None:
     per["slot"] = [int(s) for s in per["slot"]]
     per["truncated"] = [bool(x) for x in per["truncated"]]
     starts = layout.offsets
-    layout.order = np.concatenate([layout.order[starts[k]:starts[k + 1]] for k in codes]) if codes else layout.order
-    lengths = np.diff(starts)[codes] if codes else np.zeros(0, np.intp)
+    ks = np.array(codes, dtype=np.intp)
+    lengths = np.diff(starts)[ks]
     layout.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.intp)
+    # row p of trajectory k (its new place: offsets[j] + p) is old row starts[k] + p
+    layout.order = layout.order[np.repeat(starts[ks] - layout.offsets[:-1], lengths) + np.arange(layout.n_rows)]
     layout.traj_codes, layout.traj = codes, per
     layout.consistent = all(
         len(set(per["slot"][a:b])) == b - a and len(set(per["task_id"][a:b])) <= 1 for a, b in pairwise(bounds))
@@ -402,68 +597,100 @@ def _take(values: Sequence[Any], order: list[int]) -> list[Any]:
     return list(itemgetter(*order)(values))
 
 
-def _step_columns(layout: _Layout, cols: Mapping[str, Any]) -> StepColumns:
-    """The :class:`~wrappers.credit.graph.StepColumns` of the batch, in table order."""
-    order = layout.order.tolist()
-    n = len(order)
-    akeys = _pick(cols["action_key"], order)
-    if akeys is None or None in akeys:  # the action is the default key
-        actions = _pick(cols["action"], order, str) or [""] * n
-        akeys = actions if akeys is None else [a if k is None else k for k, a in zip(akeys, actions)]
-    return StepColumns(
-        np.diff(layout.group_traj).tolist(), np.diff(layout.offsets).tolist(), layout.traj["success"],
-        reward=cols["reward"][layout.order], penalty=cols["penalty"][layout.order],
-        state_key=_pick(cols["state_key"], order), next_state_key=_pick(cols["next_state_key"], order) or [None] * n,
-        action_key=akeys)
+class _FlatSource:
+    """The :class:`StepRows` columns of a flat batch, picked from the input columns in table
+    order on first use, with the values :func:`_build_steps` would give its steps."""
+
+    def __init__(self, layout: _Layout, cols: Mapping[str, Any]) -> None:
+        self._layout, self._cols = layout, cols
+        self._order: list[int] | None = None
+
+    @property
+    def order(self) -> list[int]:
+        if self._order is None:
+            self._order = self._layout.order.tolist()
+        return self._order
+
+    def step(self, name: str) -> Any:
+        cols, order, n = self._cols, self.order, self._layout.n_rows
+        if name in ("reward", "penalty"):
+            return cols[name][self._layout.order]
+        if name == "action_key":
+            akeys = _pick(cols["action_key"], order)
+            if akeys is None or None in akeys:  # the action is the default key
+                actions = self.step("action")
+                akeys = actions if akeys is None else [a if k is None else k for k, a in zip(akeys, actions)]
+            return akeys
+        if name in ("state_key", "next_state_key"):
+            return _pick(cols[name], order) or [None] * n
+        if name == "valid":
+            return _pick(cols["valid"], order, bool) or [True] * n
+        if name in ("rubric", "extra"):
+            values = _pick(cols[name], order) or [_EMPTY] * n
+            return [_EMPTY if v is None else v for v in values] if None in values else values
+        return _pick(cols[name], order, str) or [""] * n  # action, observation, feedback
+
+    def key(self, name: str) -> list[Any]:
+        keys = self._cols["keys"]
+        return _pick(keys[name], self.order, python=True) if name in keys else [None] * self._layout.n_rows
+
+    def read(self, names: Sequence[str], keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+        return {k: self.step(k) for k in names}, {k: self.key(k) for k in keys}
+
+    def group(self, rows: StepRows, g: int, names: Sequence[str], keys: Sequence[str]
+              ) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        a, b = rows.group_rows(g)
+        cols = {k: rows.column(k)[a:b] for k in names}
+        return ({k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in cols.items()},
+                {k: rows.key_column(k)[a:b] for k in keys})
+
+    def trajectory_keys(self) -> None:
+        return None  # (the columns are sliced)
+
+    def traj(self, name: str) -> list[Any]:
+        return self._layout.traj[name]
 
 
-def _hashable(columns: StepColumns) -> bool:
-    """Whether every key hashes (else :func:`~wrappers.credit.base.validate_groups` names the step)."""
+def _hashable(cols: Mapping[str, Any]) -> bool:
+    """Whether every state, next-state and action key hashes (else
+    :func:`~wrappers.credit.base.validate_groups` names the step); the input columns are
+    hashed as they are (a default key, None or the action text, always hashes)."""
     try:
         for name in ("state_key", "next_state_key", "action_key"):
-            deque(map(hash, columns.column(name)), maxlen=0)
+            if cols[name] is not None:
+                hash(tuple(cols[name]))
     except TypeError:
         return False
     return True
 
 
-#: Step fields in constructor order (the steps below are made without ``Step.__init__``).
-_STEP_FIELDS = ("state_key", "action", "action_key", "reward", "penalty", "valid", "observation", "feedback",
-                "rubric", "keys", "next_state_key", "extra")
-
-
-def _build_steps(layout: _Layout, cols: Mapping[str, Any], sc: StepColumns) -> list[Step]:
+def _build_steps(cols: Mapping[str, Any], sc: StepRows) -> list[Step]:
     """The steps in table order.  Their values are already what ``Step.__post_init__`` makes
     (str action, float reward and penalty, the action as default key), so the instances are
     filled directly: several times faster than the constructor."""
-    order = layout.order.tolist()
-    n = len(order)
-    actions = _pick(cols["action"], order, str) or [""] * n
-    columns = [
-        _py_values(sc.column("state_key")), actions, _py_values(sc.column("action_key")), sc.column("reward").tolist(),
-        sc.column("penalty").tolist(), _pick(cols["valid"], order, bool) or repeat(True),
-        _pick(cols["observation"], order, str) or repeat(""), _pick(cols["feedback"], order, str) or repeat(""),
-        _pick(cols["rubric"], order) or repeat(None), None, _py_values(sc.column("next_state_key")),
-        _pick(cols["extra"], order) or repeat(None),
-    ]
     names = list(cols["keys"])
-    key_vals = [_pick(cols["keys"][k], order, python=True) for k in names]
-    columns[9] = [dict(zip(names, vs)) for vs in zip(*key_vals)] if names else repeat(None)
+    key_vals = [sc.key_column(k) for k in names]
+    columns = [
+        _py_values(sc.column("state_key")), sc.column("action"), _py_values(sc.column("action_key")),
+        sc.column("reward").tolist(), sc.column("penalty").tolist(), sc.column("valid"), sc.column("observation"),
+        sc.column("feedback"), sc.column("rubric"), [dict(zip(names, vs)) for vs in zip(*key_vals)] if names
+        else repeat(None), _py_values(sc.column("next_state_key")), sc.column("extra"),
+    ]
     new = Step.__new__
     steps = []
     append = steps.append
     for sk, a, ak, rw, pn, v, ob, fb, rb, ky, ns, ex in zip(*columns):
         s = new(Step)
         s.__dict__ = {"state_key": sk, "action": a, "action_key": ak, "reward": rw, "penalty": pn, "valid": v,
-                      "observation": ob, "feedback": fb, "rubric": {} if rb is None else dict(rb),
-                      "keys": {} if ky is None else ky, "next_state_key": ns, "extra": {} if ex is None else dict(ex)}
+                      "observation": ob, "feedback": fb, "rubric": dict(rb), "keys": {} if ky is None else ky,
+                      "next_state_key": ns, "extra": dict(ex)}
         append(s)
     return steps
 
 
-def _build_groups(layout: _Layout, cols: Mapping[str, Any], sc: StepColumns) -> list[list[Trajectory]]:
+def _build_groups(layout: _Layout, cols: Mapping[str, Any], sc: StepRows) -> list[list[Trajectory]]:
     """The groups of trajectories (table order)."""
-    steps = _build_steps(layout, cols, sc)
+    steps = _build_steps(cols, sc)
     offsets = layout.offsets.tolist()
     tv = layout.traj
     trajs = [Trajectory(task_id=tv["task_id"][k], slot=tv["slot"][k], steps=steps[a:b], score=tv["score"][k],

@@ -68,12 +68,11 @@ included too.
 
 from __future__ import annotations
 
-import operator
 import zlib
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, pairwise, product
 from typing import Any
 
 import numpy as np
@@ -87,7 +86,9 @@ from wrappers.credit.base import (
     register_estimator,
 )
 from wrappers.credit.common import NORMS, check_choice
-from wrappers.credit.graphgpo import graphgpo_batch
+from wrappers.credit.flat import StepRows
+from wrappers.credit.graph import RowTable, TransitionGraph
+from wrappers.credit.graphgpo import graphgpo_graph
 
 __all__ = [
     "KEY_MODES",
@@ -166,6 +167,40 @@ def _signature(sig: Any, g: int | None, i: int, t: int) -> tuple[Hashable, Hasha
     return (_freeze(sig[0], f"{where}: signature C"), _freeze(sig[1], f"{where}: signature F"))
 
 
+#: The matching keys each mode reads from ``Step.keys``.
+_KEY_NAMES = {"joint": ("exact", "coarse", "signature"), "state": ("exact", "coarse"), "rubric": ("signature",)}
+
+
+@dataclass
+class _GroupRows:
+    """What the preferences read of one group: its rows in trajectory, then step order."""
+
+    lengths: list[int]  # steps per trajectory
+    slots: list[int]
+    scores: list[float]
+    task_id: Hashable  # of the group's first trajectory (seeds the rubric shuffle)
+    action: list[Hashable]  # action key per row
+    keys: dict[str, list[Any]]  # matching key name -> value per row (None: absent)
+
+    @classmethod
+    def of_group(cls, group: Sequence[Trajectory], keys: str) -> _GroupRows:
+        return next(_batch_rows(RowTable.from_columns(StepRows.of_groups([group])), keys))
+
+
+def _batch_rows(rows: RowTable, keys: str) -> Iterator[_GroupRows]:
+    """The :class:`_GroupRows` of every group of a table of :class:`~wrappers.credit.flat.StepRows`."""
+    cols = rows.columns
+    if not isinstance(cols, StepRows):
+        raise TypeError("MCGPO reads matching keys and slots: build the table from StepRows "
+                        "(RowTable.from_columns(StepRows.of_groups(groups)) or flat rows)")
+    slots, scores, task_ids = (cols.traj_column(name) for name in ("slot", "score", "task_id"))
+    lengths = np.diff(rows.offsets).tolist()
+    for g, (t0, t1) in enumerate(pairwise(rows.group_traj.tolist())):
+        step, key_cols = cols.group_columns(g, ("action_key",), _KEY_NAMES[keys])
+        yield _GroupRows(lengths[t0:t1], slots[t0:t1], scores[t0:t1], task_ids[t0] if t1 > t0 else None,
+                         step["action_key"], key_cols)
+
+
 def context_keys(
     group: Sequence[Trajectory],
     keys: str = "joint",
@@ -191,51 +226,10 @@ def context_keys(
         CreditInputError: a key is not hashable, or a signature is not a (C, F) pair.
     """
     check_choice("keys", keys, KEY_MODES)
-    need_h = keys in ("joint", "state")
-    need_sig = keys in ("joint", "rubric")
-    h_ex: list[Hashable] = []
-    h_co: list[Hashable] = []
-    sigs: list[tuple[Hashable, Hashable]] = []
-    for i, traj in enumerate(group):
-        for t, step in enumerate(traj.steps):
-            k = step.keys
-            if type(k) is not dict and not isinstance(k, Mapping):
-                return None
-            if need_h:
-                he, hc = k.get("exact"), k.get("coarse")
-                if he is None or hc is None:
-                    return None
-                try:
-                    hash(he), hash(hc)
-                except TypeError:
-                    he = _freeze(he, f"{_where(group_index, i, t)}: keys['exact']")
-                    hc = _freeze(hc, f"{_where(group_index, i, t)}: keys['coarse']")
-                h_ex.append(he)
-                h_co.append(hc)
-            if need_sig:
-                sig = k.get("signature")
-                if sig is None:
-                    return None
-                sigs.append(_signature(sig, group_index, i, t))
-    if need_sig and shuffle_rubric and sigs:
-        seed = [int(shuffle_seed) & 0xFFFFFFFF, zlib.crc32(repr(group[0].task_id).encode("utf-8"))]
-        perm = np.random.default_rng(seed).permutation(len(sigs))
-        sigs = [sigs[p] for p in perm]
-    out: dict[str, list[list[Hashable]]] = {}
-    for lv, hs in (("exact", h_ex), ("coarse", h_co)):
-        flat: list[Hashable]
-        if keys == "joint":
-            flat = [(h, c, f) for h, (c, f) in zip(hs, sigs)]
-        elif keys == "state":
-            flat = hs
-        else:
-            flat = sigs
-        per, k0 = [], 0
-        for traj in group:
-            per.append(flat[k0 : k0 + len(traj.steps)])
-            k0 += len(traj.steps)
-        out[lv] = per
-    return out
+    prep = _prepared(_GroupRows.of_group(group, keys), keys, shuffle_rubric, shuffle_seed, group_index)
+    if prep is None:
+        return None
+    return {lv: [[prep.keys[lv][g] for g in per] for per in prep.ids[lv]] for lv in LEVELS}
 
 
 def _first_visits(keys_i: Sequence[int], b: int) -> dict[int, int]:
@@ -254,33 +248,11 @@ class _Prepared:
     """Per-group lookups shared by both directions (keys interned to ints)."""
 
     keys: dict[str, list[Hashable]]  # level -> key of each interned id
+    ids: dict[str, list[list[int]]]  # level -> per trajectory the id of each step's key
     first_ev: dict[str, list[dict[int, int]]]  # level -> per trajectory {id: first t >= 0}
     first_cand: dict[str, list[dict[int, int]]]  # level -> per trajectory {id: first t >= 1}
     action: list[list[Hashable]]
     fold: list[int]
-
-
-def _prepare(group: Sequence[Trajectory], ctx: Mapping[str, list[list[Hashable]]]) -> _Prepared:
-    """:class:`_Prepared` from the context keys of :func:`context_keys`."""
-    keys: dict[str, list[Hashable]] = {}
-    first_ev: dict[str, list[dict[int, int]]] = {}
-    first_cand: dict[str, list[dict[int, int]]] = {}
-    for lv in LEVELS:
-        index: dict[Hashable, int] = {}
-        ev, ca = [], []
-        for per in ctx[lv]:
-            ids = [index.setdefault(g, len(index)) for g in per]
-            ev.append(_first_visits(ids, 0))
-            ca.append(_first_visits(ids, 1))
-        keys[lv] = list(index)
-        first_ev[lv], first_cand[lv] = ev, ca
-    action = [[s.action_key for s in t.steps] for t in group]
-    return _Prepared(keys, first_ev, first_cand, action, [t.slot % 2 for t in group])
-
-
-_GET_EXACT = operator.itemgetter("exact")
-_GET_COARSE = operator.itemgetter("coarse")
-_GET_SIGNATURE = operator.itemgetter("signature")
 
 
 def _intern(values: list[Hashable]) -> tuple[list[int], list[Hashable]]:
@@ -290,88 +262,189 @@ def _intern(values: list[Hashable]) -> tuple[list[int], list[Hashable]]:
     return list(map(index.__getitem__, values)), uniq
 
 
-def _prepare_fast(
-    group: Sequence[Trajectory], keys: str, shuffle_rubric: bool, shuffle_seed: int
-) -> _Prepared | None:
-    """:func:`_prepare` of :func:`context_keys` without building a key tuple per row.
-
-    Handles the well-formed case only (every ``Step.keys`` a dict holding the keys the mode
-    needs, hashable and not ``None``; signatures (C, F) tuples) and returns ``None``
-    otherwise, so that the caller falls back to :func:`context_keys`, which names the
-    problem or reports missing keys.  The ids equal those of the fallback: components are
-    interned separately and combined in row order, the key of a level is the tuple of its
-    components, and the first appearance of a key is the first appearance of its
-    combination.
-    """
-    steps = [s for t in group for s in t.steps]
-    dicts = [s.keys for s in steps]
-    if any(type(k) is not dict for k in dicts):
-        return None
-    need_h = keys in ("joint", "state")
-    need_sig = keys in ("joint", "rubric")
+def _intern_well_formed(values: list[Any], pair: bool) -> tuple[list[int], list[Hashable]] | None:
+    """:func:`_intern` of a key column whose values are all present and hashable (``pair``:
+    and (C, F) tuples), else None."""
     try:
-        if need_h:
-            ex_ids, ex_u = _intern(list(map(_GET_EXACT, dicts)))
-            co_ids, co_u = _intern(list(map(_GET_COARSE, dicts)))
-            if any(h is None for h in ex_u) or any(h is None for h in co_u):
-                return None
-        if need_sig:
-            sg_ids, sg_u = _intern(list(map(_GET_SIGNATURE, dicts)))
-            if any(type(sig) is not tuple or len(sig) != 2 for sig in sg_u):
-                return None  # (None is not a tuple either)
-    except (KeyError, TypeError):
+        ids, uniq = _intern(values)
+    except TypeError:
         return None
-    if need_sig and shuffle_rubric and steps:
-        seed = [int(shuffle_seed) & 0xFFFFFFFF, zlib.crc32(repr(group[0].task_id).encode("utf-8"))]
-        perm = np.random.default_rng(seed).permutation(len(steps))
-        sg_ids = [sg_ids[p] for p in perm.tolist()]
-    lengths = [len(t.steps) for t in group]
-    out_keys: dict[str, list[Hashable]] = {}
-    first_ev: dict[str, list[dict[int, int]]] = {}
-    first_cand: dict[str, list[dict[int, int]]] = {}
-    for lv in LEVELS:
-        if keys == "joint":
-            h_ids, h_u = (ex_ids, ex_u) if lv == "exact" else (co_ids, co_u)
-            ids, combos = _intern(list(zip(h_ids, sg_ids)))
-            out_keys[lv] = [(h_u[h], *sg_u[c]) for h, c in combos]
-        elif keys == "state":
-            ids, out_keys[lv] = (ex_ids, ex_u) if lv == "exact" else (co_ids, co_u)
-        else:
-            ids, codes = _intern(sg_ids)
-            out_keys[lv] = [sg_u[code] for code in codes]
-        ev, ca = [], []
-        k0 = 0
-        for n in lengths:
-            per = ids[k0 : k0 + n]
-            k0 += n
-            ev.append(dict(zip(reversed(per), range(n - 1, -1, -1))))
-            ca.append(dict(zip(reversed(per), range(n - 1, 0, -1))))
-        first_ev[lv], first_cand[lv] = ev, ca
-    action = [[s.action_key for s in t.steps] for t in group]
-    return _Prepared(out_keys, first_ev, first_cand, action, [t.slot % 2 for t in group])
+    if any(u is None or (pair and (type(u) is not tuple or len(u) != 2)) for u in uniq):
+        return None
+    return ids, uniq
+
+
+def _checked_keys(rows: _GroupRows, names: Sequence[str], group_index: int | None) -> dict[str, list[Hashable]] | None:
+    """The key columns row by row: None at the first row that lacks a key, else the values
+    with sets frozen and signatures as (C, F) tuples; a malformed key raises, naming its row."""
+    out: dict[str, list[Hashable]] = {name: [] for name in names}
+    need_h, need_sig = "exact" in out, "signature" in out
+    r = 0
+    for i, n in enumerate(rows.lengths):
+        for t in range(n):
+            if need_h:
+                he, hc = rows.keys["exact"][r], rows.keys["coarse"][r]
+                if he is None or hc is None:
+                    return None
+                out["exact"].append(_freeze(he, f"{_where(group_index, i, t)}: keys['exact']"))
+                out["coarse"].append(_freeze(hc, f"{_where(group_index, i, t)}: keys['coarse']"))
+            if need_sig:
+                sig = rows.keys["signature"][r]
+                if sig is None:
+                    return None
+                out["signature"].append(_signature(sig, group_index, i, t))
+            r += 1
+    return out
+
+
+def _components(rows: _GroupRows, keys: str, group_index: int | None) -> dict[str, tuple[list[int], list[Hashable]]] | None:
+    """The interned key components the mode needs, or None when a row lacks one (the
+    components are checked row by row, naming the problem, only when one is not well formed)."""
+    names = _KEY_NAMES[keys]
+    out = {}
+    for name in names:
+        interned = _intern_well_formed(rows.keys[name], name == "signature")
+        if interned is None:
+            break
+        out[name] = interned
+    else:
+        return out
+    checked = _checked_keys(rows, names, group_index)
+    return None if checked is None else {name: _intern(checked[name]) for name in names}
+
+
+def _level_ids(comps: Mapping[str, tuple[list[int], list[Hashable]]], keys: str, lv: str
+               ) -> tuple[list[int], list[Hashable]]:
+    """Ids of the context key g at level ``lv`` per row, and the key of each id: the
+    components are interned separately and combined in row order, so the first appearance of
+    a key is the first appearance of its combination."""
+    if keys == "state":
+        return comps[lv]
+    sg_ids, sg_u = comps["signature"]
+    if keys == "rubric":
+        ids, codes = _intern(sg_ids)
+        return ids, [sg_u[code] for code in codes]
+    h_ids, h_u = comps[lv]
+    ids, combos = _intern(list(zip(h_ids, sg_ids)))
+    return ids, [(h_u[h], *sg_u[c]) for h, c in combos]
+
+
+def _split(values: list[Any], lengths: Sequence[int]) -> list[list[Any]]:
+    out, k0 = [], 0
+    for n in lengths:
+        out.append(values[k0 : k0 + n])
+        k0 += n
+    return out
 
 
 def _prepared(
-    group: Sequence[Trajectory],
+    rows: _GroupRows,
     keys: str,
     shuffle_rubric: bool,
     shuffle_seed: int,
     group_index: int | None,
 ) -> _Prepared | None:
     """The group's :class:`_Prepared`, or ``None`` when keys are missing (see
-    :func:`context_keys`, which also raises for malformed keys)."""
-    check_choice("keys", keys, KEY_MODES)
-    prep = _prepare_fast(group, keys, shuffle_rubric, shuffle_seed)
-    if prep is not None:
-        return prep
-    ctx = context_keys(
-        group,
-        keys,
-        shuffle_rubric=shuffle_rubric,
-        shuffle_seed=shuffle_seed,
-        group_index=group_index,
-    )
-    return None if ctx is None else _prepare(group, ctx)
+    :func:`context_keys`, which this computes)."""
+    comps = _components(rows, keys, group_index)
+    if comps is None:
+        return None
+    if "signature" in comps and shuffle_rubric and rows.action:
+        seed = [int(shuffle_seed) & 0xFFFFFFFF, zlib.crc32(repr(rows.task_id).encode("utf-8"))]
+        perm = np.random.default_rng(seed).permutation(len(rows.action))
+        sg_ids, sg_u = comps["signature"]
+        comps["signature"] = ([sg_ids[p] for p in perm.tolist()], sg_u)
+    out_keys: dict[str, list[Hashable]] = {}
+    ids: dict[str, list[list[int]]] = {}
+    first_ev: dict[str, list[dict[int, int]]] = {}
+    first_cand: dict[str, list[dict[int, int]]] = {}
+    for lv in LEVELS:
+        level_ids, out_keys[lv] = _level_ids(comps, keys, lv)
+        ids[lv] = _split(level_ids, rows.lengths)
+        first_ev[lv] = [_first_visits(per, 0) for per in ids[lv]]
+        first_cand[lv] = [_first_visits(per, 1) for per in ids[lv]]
+    return _Prepared(out_keys, ids, first_ev, first_cand, _split(rows.action, rows.lengths),
+                     [s % 2 for s in rows.slots])
+
+
+@dataclass(frozen=True)
+class _Gate:
+    """The support gate and label parameters of one level [Eqs. 2–4]."""
+
+    min_support: int
+    epsilon: float
+    kappa: float
+    q: float
+
+    def label(self, na: list[float] | None, nb: list[float] | None) -> tuple[float, int, float, bool] | None:
+        """(û, n*, c, qualified) of actions a, b from their evidence cells [n, successes],
+        or None when the pair is unsupported."""
+        if na is None or nb is None:
+            return None
+        n_star = int(min(na[0], nb[0]))
+        if n_star < self.min_support:  # support gate
+            return None
+        u_ab = na[1] / na[0] - nb[1] / nb[0]  # û for (a, b) [Eq. 3]
+        weight = float(abs(u_ab) * n_star / (n_star + self.kappa) * self.q)  # [Eq. 4]
+        return u_ab, n_star, weight, bool(abs(u_ab) >= self.epsilon and u_ab != 0.0)
+
+
+def _candidate_rows(g: int, cand: Sequence[int], firsts: Sequence[dict[int, int]],
+                    action: Sequence[Sequence[Hashable]]) -> dict[Hashable, list[Row]]:
+    """Candidate rows (first visits with b = 1) of key g by action, trajectory ascending."""
+    by_act: dict[Hashable, list[Row]] = {}
+    for i, first in zip(cand, firsts):
+        t = first.get(g)
+        if t is not None:
+            rows_a = by_act.get(action[i][t])
+            if rows_a is None:
+                by_act[action[i][t]] = [(i, t)]
+            else:
+                rows_a.append((i, t))
+    return by_act
+
+
+def _evidence(g: int, evidence: Sequence[tuple[dict[int, int], Sequence[Hashable], float]]
+              ) -> dict[Hashable, list[float]]:
+    """E(g, ·): action -> [n_a, successes] over the evidence fold's first visits (b = 0)."""
+    tab: dict[Hashable, list[float]] = {}
+    for first, act, y in evidence:
+        t = first.get(g)
+        if t is not None:
+            cell = tab.get(act[t])
+            if cell is None:
+                tab[act[t]] = [1, y]
+            else:
+                cell[0] += 1
+                cell[1] += y
+    return tab
+
+
+def _key_comparisons(key: Hashable, by_act: Mapping[Hashable, list[Row]], tab: Mapping[Hashable, list[float]],
+                     lv: str, c: int, gate: _Gate, decided: set[tuple[Row, Row]], out: list[Comparison]) -> int:
+    """Append the supported comparisons of one key (every action pair, every row pair) to
+    ``out``; returns the number of candidate row pairs.  A row pair the exact level decided
+    is not revisited at the coarse level [Eq. 2]."""
+    acts = list(by_act)
+    n_cand = 0
+    for x, a in enumerate(acts):
+        for b in acts[x + 1 :]:
+            n_cand += len(by_act[a]) * len(by_act[b])
+            label = gate.label(tab.get(a), tab.get(b))
+            if label is None:
+                continue
+            u_ab, n_star, weight, qualified = label
+            for ra, rb in product(by_act[a], by_act[b]):
+                if ra[0] < rb[0]:
+                    rows, acts_ab, u_hat = (ra, rb), (a, b), u_ab
+                else:
+                    rows, acts_ab, u_hat = (rb, ra), (b, a), -u_ab
+                if lv == "exact":
+                    decided.add(rows)
+                elif rows in decided:
+                    continue
+                out.append(Comparison(rows, c, lv, key, acts_ab, float(u_hat), n_star, weight, qualified))
+    return n_cand
 
 
 def _comparisons(
@@ -393,89 +466,31 @@ def _comparisons(
     trajectories can form a pair, so only their rows and evidence are gathered.
     """
     n = len(prep.fold)
+    ev_fold = 1 - c if evidence == "opposite" else c
     cand = [i for i in range(n) if prep.fold[i] == c]
-    evid = [i for i in range(n) if prep.fold[i] == (1 - c if evidence == "opposite" else c)]
-    action = prep.action
+    evid = [i for i in range(n) if prep.fold[i] == ev_fold]
     ys = [float(y) for y in success.tolist()]
     counts = {lv: 0 for lv in LEVELS}
     decided: set[tuple[Row, Row]] = set()
     out: list[Comparison] = []
     for lv in LEVELS:
+        gate = _Gate(min_support, epsilon, kappa, q[lv])
         fc = [prep.first_cand[lv][i] for i in cand]
-        fe = [(prep.first_ev[lv][e], action[e], ys[e]) for e in evid]
+        fe = [(prep.first_ev[lv][e], prep.action[e], ys[e]) for e in evid]
         # keys in order of first appearance over the candidates (i ascending, dict order)
-        visits = Counter(chain.from_iterable(fc))
-        for g, k in visits.items():
+        for g, k in Counter(chain.from_iterable(fc)).items():
             if k < 2:
                 continue
-            # Candidate rows (first visits with b = 1) of key g by action, i ascending
-            by_act: dict[Hashable, list[Row]] = {}
-            for i, first in zip(cand, fc):
-                t = first.get(g)
-                if t is not None:
-                    rows_a = by_act.get(action[i][t])
-                    if rows_a is None:
-                        by_act[action[i][t]] = [(i, t)]
-                    else:
-                        rows_a.append((i, t))
-            if len(by_act) < 2:
-                continue
-            # Evidence E(g, ·): action -> [n_a, successes] over first visits with b = 0
-            tab: dict[Hashable, list[float]] = {}
-            for first, act, y in fe:
-                t = first.get(g)
-                if t is not None:
-                    cell = tab.get(act[t])
-                    if cell is None:
-                        tab[act[t]] = [1, y]
-                    else:
-                        cell[0] += 1
-                        cell[1] += y
-            acts = list(by_act)
-            for x in range(len(acts)):
-                for y in range(x + 1, len(acts)):
-                    a, b = acts[x], acts[y]
-                    counts[lv] += len(by_act[a]) * len(by_act[b])
-                    na, nb = tab.get(a), tab.get(b)
-                    if na is None or nb is None:
-                        continue
-                    n_star = int(min(na[0], nb[0]))
-                    if n_star < min_support:  # support gate
-                        continue
-                    u_ab = na[1] / na[0] - nb[1] / nb[0]  # û for (a, b) [Eq. 3]
-                    weight = float(abs(u_ab) * n_star / (n_star + kappa) * q[lv])  # [Eq. 4]
-                    qualified = bool(abs(u_ab) >= epsilon and u_ab != 0.0)
-                    for ra in by_act[a]:
-                        for rb in by_act[b]:
-                            if ra[0] < rb[0]:
-                                rows, acts_ab, u_hat = (ra, rb), (a, b), u_ab
-                            else:
-                                rows, acts_ab, u_hat = (rb, ra), (b, a), -u_ab
-                            if lv == "exact":
-                                decided.add(rows)
-                            elif rows in decided:  # the exact level already decided it
-                                continue
-                            out.append(
-                                Comparison(
-                                    rows,
-                                    c,
-                                    lv,
-                                    prep.keys[lv][g],
-                                    acts_ab,
-                                    float(u_hat),
-                                    n_star,
-                                    weight,
-                                    qualified,
-                                )
-                            )
+            by_act = _candidate_rows(g, cand, fc, prep.action)
+            if len(by_act) >= 2:
+                tab = _evidence(g, fe)
+                counts[lv] += _key_comparisons(prep.keys[lv][g], by_act, tab, lv, c, gate, decided, out)
     return counts, out
 
 
-def _select(
-    group: Sequence[Trajectory], comps: Iterable[Comparison], max_pairs: int
-) -> list[Comparison]:
-    """Earliest qualified comparison per sibling pair, then the disjoint allocator."""
-    slot = [t.slot for t in group]
+def _select(slot: Sequence[int], comps: Iterable[Comparison], max_pairs: int) -> list[Comparison]:
+    """Earliest qualified comparison per sibling pair, then the disjoint allocator
+    (``slot``: the rollout slot of each trajectory of the group)."""
 
     def rank(cmp: Comparison) -> tuple[Any, ...]:
         (i, t), (j, u) = cmp.rows
@@ -507,6 +522,103 @@ def _select(
         used.update(cmp.rows)
         accepted.append(cmp)
     return accepted
+
+
+def _empty_stats() -> dict[str, float]:
+    """The diagnostics of a group before any pair is counted (see the module docstring)."""
+    return {
+        "missing_keys": 0,
+        "candidate_pairs_exact": 0,
+        "candidate_pairs_coarse": 0,
+        "supported_pairs": 0,
+        "qualified_pairs": 0,
+        "pairs": 0,
+        "pairs_exact": 0,
+        "pairs_coarse": 0,
+        "exact_share": 0.0,
+        "n_star_1": 0,
+        "n_star_2": 0,
+        "contrast_sum": 0.0,
+        "mean_contrast": 0.0,
+        "weight_sum": 0.0,
+        "mean_weight": 0.0,
+        "wins": 0,
+        "ties": 0,
+        "losses": 0,
+        "agreement": 0.0,
+    }
+
+
+def _preferences(accepted: Sequence[Comparison], c: int, weighting: str) -> list[Preference]:
+    """The accepted comparisons of direction c as preferences (the row with the better
+    action preferred), weighted as ``weighting`` says."""
+    weights = [cmp.weight for cmp in accepted]
+    if weighting == "uniform" and accepted:
+        weights = [float(np.mean(weights))] * len(accepted)
+    prefs = []
+    for cmp, w in zip(accepted, weights):
+        first, second = cmp.rows
+        pref, rej = (first, second) if cmp.contrast > 0 else (second, first)
+        prefs.append(Preference(preferred=pref, rejected=rej, weight=float(w), level=cmp.level,
+                                contrast=abs(cmp.contrast), support=cmp.support, fold=c))
+    return prefs
+
+
+def _tally(stats: dict[str, float], prefs: Sequence[Preference], success: np.ndarray) -> None:
+    """Add the accepted preferences' counts, sums and means to ``stats``."""
+    for p in prefs:
+        stats["pairs"] += 1
+        stats["pairs_exact" if p.level == "exact" else "pairs_coarse"] += 1
+        stats[f"n_star_{p.support}"] = stats.get(f"n_star_{p.support}", 0) + 1
+        stats["contrast_sum"] += p.contrast
+        stats["weight_sum"] += p.weight
+        yp, yr = success[p.preferred[0]], success[p.rejected[0]]
+        stats["wins" if yp > yr else "ties" if yp == yr else "losses"] += 1
+    if prefs:
+        n = len(prefs)
+        stats["exact_share"] = stats["pairs_exact"] / n
+        stats["mean_contrast"] = stats["contrast_sum"] / n
+        stats["mean_weight"] = stats["weight_sum"] / n
+        stats["agreement"] = (stats["wins"] + stats["ties"] / 2) / n
+
+
+def _pairs(
+    rows: _GroupRows,
+    *,
+    min_support: int,
+    epsilon: float,
+    kappa: float,
+    q_exact: float,
+    q_coarse: float,
+    max_pairs: int,
+    success_threshold: float,
+    evidence: str,
+    weighting: str,
+    keys: str,
+    shuffle_rubric: bool,
+    shuffle_seed: int,
+    group_index: int | None,
+) -> tuple[list[Preference], dict[str, float]]:
+    """:func:`mcgpo_pairs` of one group's rows (parameters already checked)."""
+    stats = _empty_stats()
+    prep = _prepared(rows, keys, shuffle_rubric, shuffle_seed, group_index)
+    if prep is None:
+        stats["missing_keys"] = 1
+        return [], stats
+    success = np.array([s >= success_threshold for s in rows.scores], dtype=bool)
+    q = {"exact": float(q_exact), "coarse": float(q_coarse)}
+    prefs: list[Preference] = []
+    for c in (0, 1):
+        n_cand, comps = _comparisons(
+            prep, c, success, min_support=min_support, epsilon=epsilon, kappa=kappa, q=q, evidence=evidence
+        )
+        stats["candidate_pairs_exact"] += n_cand["exact"]
+        stats["candidate_pairs_coarse"] += n_cand["coarse"]
+        stats["supported_pairs"] += len(comps)
+        stats["qualified_pairs"] += sum(cmp.qualified for cmp in comps)
+        prefs += _preferences(_select(rows.slots, comps, max_pairs), c, weighting)
+    _tally(stats, prefs, success)
+    return prefs, stats
 
 
 def mcgpo_pairs(
@@ -550,82 +662,22 @@ def mcgpo_pairs(
     check_choice("evidence", evidence, EVIDENCE)
     check_choice("weighting", weighting, WEIGHTING)
     check_choice("keys", keys, KEY_MODES)
-    n_star_hist = {"n_star_1": 0, "n_star_2": 0}
-    stats: dict[str, float] = {
-        "missing_keys": 0,
-        "candidate_pairs_exact": 0,
-        "candidate_pairs_coarse": 0,
-        "supported_pairs": 0,
-        "qualified_pairs": 0,
-        "pairs": 0,
-        "pairs_exact": 0,
-        "pairs_coarse": 0,
-        "exact_share": 0.0,
-        **n_star_hist,
-        "contrast_sum": 0.0,
-        "mean_contrast": 0.0,
-        "weight_sum": 0.0,
-        "mean_weight": 0.0,
-        "wins": 0,
-        "ties": 0,
-        "losses": 0,
-        "agreement": 0.0,
-    }
-    prep = _prepared(group, keys, shuffle_rubric, shuffle_seed, group_index)
-    if prep is None:
-        stats["missing_keys"] = 1
-        return [], stats
-    success = np.array([t.score >= success_threshold for t in group], dtype=bool)
-    q = {"exact": float(q_exact), "coarse": float(q_coarse)}
-    prefs: list[Preference] = []
-    for c in (0, 1):
-        n_cand, comps = _comparisons(
-            prep,
-            c,
-            success,
-            min_support=min_support,
-            epsilon=epsilon,
-            kappa=kappa,
-            q=q,
-            evidence=evidence,
-        )
-        stats["candidate_pairs_exact"] += n_cand["exact"]
-        stats["candidate_pairs_coarse"] += n_cand["coarse"]
-        stats["supported_pairs"] += len(comps)
-        stats["qualified_pairs"] += sum(cmp.qualified for cmp in comps)
-        accepted = _select(group, comps, max_pairs)
-        weights = [cmp.weight for cmp in accepted]
-        if weighting == "uniform" and accepted:
-            weights = [float(np.mean(weights))] * len(accepted)
-        for cmp, w in zip(accepted, weights):
-            first, second = cmp.rows
-            pref, rej = (first, second) if cmp.contrast > 0 else (second, first)
-            prefs.append(
-                Preference(
-                    preferred=pref,
-                    rejected=rej,
-                    weight=float(w),
-                    level=cmp.level,
-                    contrast=abs(cmp.contrast),
-                    support=cmp.support,
-                    fold=c,
-                )
-            )
-    for p in prefs:
-        stats["pairs"] += 1
-        stats["pairs_exact" if p.level == "exact" else "pairs_coarse"] += 1
-        stats[f"n_star_{p.support}"] = stats.get(f"n_star_{p.support}", 0) + 1
-        stats["contrast_sum"] += p.contrast
-        stats["weight_sum"] += p.weight
-        yp, yr = success[p.preferred[0]], success[p.rejected[0]]
-        stats["wins" if yp > yr else "ties" if yp == yr else "losses"] += 1
-    if prefs:
-        n = len(prefs)
-        stats["exact_share"] = stats["pairs_exact"] / n
-        stats["mean_contrast"] = stats["contrast_sum"] / n
-        stats["mean_weight"] = stats["weight_sum"] / n
-        stats["agreement"] = (stats["wins"] + stats["ties"] / 2) / n
-    return prefs, stats
+    return _pairs(
+        _GroupRows.of_group(group, keys),
+        min_support=min_support,
+        epsilon=epsilon,
+        kappa=kappa,
+        q_exact=q_exact,
+        q_coarse=q_coarse,
+        max_pairs=max_pairs,
+        success_threshold=success_threshold,
+        evidence=evidence,
+        weighting=weighting,
+        keys=keys,
+        shuffle_rubric=shuffle_rubric,
+        shuffle_seed=shuffle_seed,
+        group_index=group_index,
+    )
 
 
 def comparisons(
@@ -649,22 +701,17 @@ def comparisons(
     with missing keys.
     """
     check_choice("evidence", evidence, EVIDENCE)
-    prep = _prepared(group, keys, shuffle_rubric, shuffle_seed, None)
+    check_choice("keys", keys, KEY_MODES)
+    rows = _GroupRows.of_group(group, keys)
+    prep = _prepared(rows, keys, shuffle_rubric, shuffle_seed, None)
     if prep is None:
         return []
-    success = np.array([t.score >= success_threshold for t in group], dtype=bool)
+    success = np.array([s >= success_threshold for s in rows.scores], dtype=bool)
     q = {"exact": float(q_exact), "coarse": float(q_coarse)}
     out: list[Comparison] = []
     for c in (0, 1):
         out += _comparisons(
-            prep,
-            c,
-            success,
-            min_support=min_support,
-            epsilon=epsilon,
-            kappa=kappa,
-            q=q,
-            evidence=evidence,
+            prep, c, success, min_support=min_support, epsilon=epsilon, kappa=kappa, q=q, evidence=evidence
         )[1]
     return out
 
@@ -825,10 +872,16 @@ class MCGPO(Estimator):
         }
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
-        """GraphGPO task credit for the whole batch in one vectorised pass, then the
-        preferences group by group."""
-        credits = graphgpo_batch(
-            groups,
+        """Credit for validated groups: :meth:`compute_rows` on their rows."""
+        return self.compute_rows(TransitionGraph.from_columns(StepRows.of_groups(groups)))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable` of
+        :class:`~wrappers.credit.flat.StepRows`: GraphGPO task credit for the whole batch in
+        one vectorised pass, then the preferences group by group."""
+        g = rows if isinstance(rows, TransitionGraph) else TransitionGraph.from_columns(rows.columns)
+        credits = graphgpo_graph(
+            g,
             gamma=self.gamma,
             success_reward=self.success_reward,
             unreachable=self.unreachable,
@@ -839,8 +892,8 @@ class MCGPO(Estimator):
         )
         results = []
         params = self.pair_params()
-        for g, (group, task) in enumerate(zip(groups, credits)):
-            pairs, stats = mcgpo_pairs(group, group_index=g, **params)
+        for k, (group_rows, task) in enumerate(zip(_batch_rows(g, self.keys), credits)):
+            pairs, stats = _pairs(group_rows, group_index=k, **params)
             results.append(
                 CreditResult(
                     task.advantages,

@@ -52,16 +52,18 @@ import heapq
 import math
 import time
 import zlib
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
-from wrappers.credit.common import NORMS, check_choice, outcomes, task_norm
-from wrappers.credit.gigpo import gigpo_step_batch
+from wrappers.credit.common import NORMS, check_choice, normalize
+from wrappers.credit.flat import StepRows
+from wrappers.credit.gigpo import gigpo_step_rows
 from wrappers.credit.graph import RowTable
 from wrappers.credit.scorers import PairScorer, check_scorer_spec, make_scorer
 
@@ -241,25 +243,52 @@ def monotonic_credit(
 
 
 # --- step texts and orders ---------------------------------------------------------------
+def _text(action: str, feedback: str) -> str:
+    return f"{action} \u2016 {feedback}"
+
+
 def step_text(step: Step) -> str:
     """x_t = ``action ‖ feedback``: the action and the observation it produced [SCPO App. A.5]."""
-    return f"{step.action} \u2016 {step.feedback}"
+    return _text(step.action, step.feedback)
+
+
+def _kept(valid: Sequence[Any], feedback: Sequence[str], noop_feedback: frozenset[str]) -> list[int]:
+    return [t for t, (v, fb) in enumerate(zip(valid, feedback)) if v and fb.strip().lower() not in noop_feedback]
 
 
 def kept_steps(traj: Trajectory, noop_feedback: frozenset[str] = NOOP_FEEDBACK) -> list[int]:
     """Indices of the steps SCPO scores: valid actions whose feedback is not a no-op."""
-    return [
-        t
-        for t, s in enumerate(traj.steps)
-        if s.valid and s.feedback.strip().lower() not in noop_feedback
-    ]
+    return _kept([s.valid for s in traj.steps], [s.feedback for s in traj.steps], noop_feedback)
 
 
-def _row_length(step: Step) -> float:
-    n = step.extra.get("num_tokens") if step.extra else None
+def _row_length(extra: Mapping[str, Any], observation: str, action: str) -> float:
+    """A row's length for the batcher: ``extra["num_tokens"]`` when recorded, else characters."""
+    n = extra.get("num_tokens") if extra else None
     if n is not None and type(n) is not bool and isinstance(n, (int, float)) and math.isfinite(n):
         return float(n)
-    return float(len(step.observation) + len(step.action))
+    return float(len(observation) + len(action))
+
+
+def _episode_terms(rows: RowTable, mode: str, over: str) -> list[list[np.ndarray]]:
+    """The unshaped A_E per group and trajectory, as :func:`~wrappers.credit.common.task_norm`
+    computes it group by group (O_i summed in step order, Z normalised over the group)."""
+    rew = rows.reward.tolist()
+    off = rows.offsets.tolist()
+    o = [sum(rew[a:b]) for a, b in pairwise(off)]
+    out = []
+    for t0, t1 in pairwise(rows.group_traj.tolist()):
+        lengths = [off[i + 1] - off[i] for i in range(t0, t1)]
+        o_g = np.array(o[t0:t1], dtype=np.float64)
+        if over == "trajectories":
+            adv = normalize(o_g, mode, singleton="identity")
+            out.append([np.full(n, a) for n, a in zip(lengths, adv)])
+        elif off[t1] == off[t0]:
+            out.append([np.zeros(0) for _ in lengths])
+        else:
+            z = np.repeat(o_g, lengths) + rows.penalty[off[t0] : off[t1]]
+            normed = normalize(z, mode, singleton="identity")
+            out.append(list(np.split(normed, np.cumsum(lengths)[:-1])))
+    return out
 
 
 def length_balanced_order(lengths: Sequence[float] | np.ndarray, partitions: int) -> np.ndarray:
@@ -312,6 +341,10 @@ def _check_scores(M: np.ndarray, g: int) -> None:
 
 def _stable_seed(value: Hashable) -> int:
     return zlib.crc32(repr(value).encode("utf-8"))
+
+
+#: A group's plan: (reference, its kept steps, [(failed sibling, its kept steps)]).
+_Plan = tuple[int, list[int], list[tuple[int, list[int]]]]
 
 
 # --- traces (for plots and inspection) -----------------------------------------------------
@@ -443,39 +476,26 @@ class SCPO(Estimator):
         return self._scorer
 
     # -- orders -----------------------------------------------------------------------------
-    def _batch_positions(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[np.ndarray]]:
-        """Per group and trajectory, each step's position in the length-balanced batch."""
-        lengths = [
-            _row_length(s) if s.extra else float(len(s.observation) + len(s.action))
-            for group in groups
-            for t in group
-            for s in t.steps
-        ]
+    def _batch_positions(self, cols: StepRows) -> np.ndarray:
+        """Each row's position in the length-balanced batch."""
+        lengths: list[float] = []
+        for g in range(len(cols.sizes)):
+            step = cols.group_columns(g, ("extra", "observation", "action"))[0]
+            lengths.extend(map(_row_length, step["extra"], step["observation"], step["action"]))
         perm = length_balanced_order(lengths, self.partitions)
         pos = np.empty(len(lengths), dtype=np.intp)
         pos[perm] = np.arange(len(lengths))
-        out, k = [], 0
-        for group in groups:
-            per = []
-            for t in group:
-                per.append(pos[k : k + len(t.steps)])
-                k += len(t.steps)
-            out.append(per)
-        return out
+        return pos
 
-    def _order(
-        self, traj: Trajectory, steps: list[int], batch_pos: np.ndarray | None
-    ) -> np.ndarray:
-        ell = len(steps)
+    def _order(self, ell: int, task_id: Hashable, slot: int, positions: np.ndarray | None) -> np.ndarray:
+        """π over the ℓ kept steps of a failed sibling (``positions``: their batch positions)."""
         if self.order == "chronological":
             return np.arange(ell, dtype=np.intp)
         if self.order == "random":
-            rng = np.random.default_rng(
-                [self.seed & 0xFFFFFFFF, _stable_seed(traj.task_id), int(traj.slot) & 0xFFFFFFFF]
-            )
+            rng = np.random.default_rng([self.seed & 0xFFFFFFFF, _stable_seed(task_id), int(slot) & 0xFFFFFFFF])
             return rng.permutation(ell).astype(np.intp)
-        assert batch_pos is not None
-        return np.argsort(batch_pos[steps], kind="stable").astype(np.intp)
+        assert positions is not None
+        return np.argsort(positions, kind="stable").astype(np.intp)
 
     # -- main -------------------------------------------------------------------------------
     def traces(self, groups: Sequence[Sequence[Trajectory]]) -> list[list[MatchTrace]]:
@@ -483,41 +503,58 @@ class SCPO(Estimator):
 
         Groups without a success reference (or without a failed sibling) get ``[]``.
         """
-        return self._traces(groups)[0]
+        return self._traces(RowTable.from_columns(StepRows.of_groups(groups)))[0]
 
-    def _traces(
-        self, groups: Sequence[Sequence[Trajectory]]
-    ) -> tuple[list[list[MatchTrace]], float]:
-        plans: list[tuple[int, list[int], list[tuple[int, list[int]]]] | None] = []
+    def _plans(self, rows: RowTable) -> tuple[list[_Plan | None], list[tuple[list[str], list[str]]]]:
+        """Per group its :data:`_Plan` (None without a success or without a failure), and the
+        scorer requests: (reference texts, texts) for M* and for each failed sibling."""
+        rew = rows.reward.tolist()
+        plans: list[_Plan | None] = []
         requests: list[tuple[list[str], list[str]]] = []
-        for group in groups:
-            o = outcomes(group)
-            succ = [i for i in range(len(group)) if o[i] > self.success_threshold]
-            failed = [i for i in range(len(group)) if o[i] <= self.success_threshold]
-            if not succ or not failed:
-                plans.append(None)
-                continue
-            sign = 1 if self.reference == "longest" else -1
-            ref = max(succ, key=lambda i: (sign * len(group[i].steps), -i))  # ties → first
-            ref_steps = kept_steps(group[ref])
-            ref_texts = [step_text(group[ref].steps[t]) for t in ref_steps]
-            items = []
-            requests.append((ref_texts, ref_texts))
-            for w in failed:
-                ws = kept_steps(group[w])
-                items.append((w, ws))
-                requests.append((ref_texts, [step_text(group[w].steps[t]) for t in ws]))
-            plans.append((ref, ref_steps, items))
+        for g, (t0, t1) in enumerate(pairwise(rows.group_traj.tolist())):
+            off = (rows.offsets[t0 : t1 + 1] - rows.offsets[t0]).tolist()  # the group's rows from 0
+            first = int(rows.offsets[t0])
+            o = [sum(rew[first + a : first + b]) for a, b in pairwise(off)]  # O_i, as outcomes() sums it
+            plans.append(self._group_plan(rows.columns, g, o, off, requests))
+        return plans, requests
+
+    def _group_plan(self, cols: StepRows, g: int, o: list[float], off: list[int],
+                    requests: list[tuple[list[str], list[str]]]) -> _Plan | None:
+        """Group g's plan, its scorer requests appended to ``requests`` (``o``: outcomes,
+        ``off``: the row offsets of its trajectories)."""
+        succ = [i for i in range(len(o)) if o[i] > self.success_threshold]
+        failed = [i for i in range(len(o)) if o[i] <= self.success_threshold]
+        if not succ or not failed:
+            return None
+        sign = 1 if self.reference == "longest" else -1
+        ref = max(succ, key=lambda i: (sign * (off[i + 1] - off[i]), -i))  # ties → first
+        step = cols.group_columns(g, ("valid", "feedback", "action"))[0]
+        valid, feedback, action = step["valid"], step["feedback"], step["action"]
+        kept = {i: _kept(valid[off[i] : off[i + 1]], feedback[off[i] : off[i + 1]], NOOP_FEEDBACK)
+                for i in (ref, *failed)}
+        texts = {i: [_text(action[off[i] + t], feedback[off[i] + t]) for t in ts] for i, ts in kept.items()}
+        requests.append((texts[ref], texts[ref]))
+        requests.extend((texts[ref], texts[w]) for w in failed)
+        return ref, kept[ref], [(w, kept[w]) for w in failed]
+
+    def _traces(self, rows: RowTable) -> tuple[list[list[MatchTrace]], float]:
+        cols = rows.columns
+        if not isinstance(cols, StepRows):
+            raise TypeError("SCPO reads step texts: build the table from StepRows "
+                            "(RowTable.from_columns(StepRows.of_groups(groups)) or flat rows)")
+        plans, requests = self._plans(rows)
         mats: list[np.ndarray] = []
         seconds = 0.0
         if any(p is not None for p in plans):
             t0 = time.perf_counter()
             mats = self.pair_scorer.score_matrices(requests)  # one scorer call per batch
             seconds = time.perf_counter() - t0
-        batch_pos = self._batch_positions(groups) if self.order == "length" else None
+        batch_pos = self._batch_positions(cols) if self.order == "length" else None
+        tasks, slots = cols.traj_column("task_id"), cols.traj_column("slot")
+        off = rows.offsets.tolist()
         out: list[list[MatchTrace]] = []
         k = 0
-        for g, (group, plan) in enumerate(zip(groups, plans)):
+        for g, (first, plan) in enumerate(zip(rows.group_traj.tolist(), plans)):
             if plan is None:
                 out.append([])
                 continue
@@ -531,39 +568,39 @@ class SCPO(Estimator):
                 M = mats[k]
                 k += 1
                 _check_scores(M, g)
-                pi = self._order(group[w], ws, batch_pos[g][w] if batch_pos is not None else None)
-                credit, position = _run_matcher(
-                    M, nxt, self.theta, self.soft_base, pi, self.monotonic
-                )
+                i = first + w
+                positions = batch_pos[off[i] + np.asarray(ws, dtype=np.intp)] if batch_pos is not None else None
+                pi = self._order(len(ws), tasks[i], slots[i], positions)
+                credit, position = _run_matcher(M, nxt, self.theta, self.soft_base, pi, self.monotonic)
                 traces.append(MatchTrace(ref, w, ref_steps, ws, M, M_self, pi, credit, position))
             out.append(traces)
         return out, seconds
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
-        """Credit for validated groups: the matcher per failed sibling, then GiGPO's step
-        term over the whole batch at once (anchor groups never span groups)."""
-        all_traces, scorer_seconds = self._traces(groups)
-        rows = RowTable(groups)
+        """Credit for validated groups: :meth:`compute_rows` on their rows."""
+        return self.compute_rows(RowTable.from_columns(StepRows.of_groups(groups)))
+
+    def compute_rows(self, rows: RowTable) -> list[CreditResult]:
+        """Credit for a :class:`~wrappers.credit.graph.RowTable` of
+        :class:`~wrappers.credit.flat.StepRows`: the matcher per failed sibling, then GiGPO's
+        step term over the whole batch at once (anchor groups never span groups)."""
+        all_traces, scorer_seconds = self._traces(rows)
         credit = np.zeros(rows.n_rows)
         offsets = rows.offsets
         for first, traces in zip(rows.group_traj.tolist(), all_traces):
             for tr in traces:
-                credit[offsets[first + tr.failed] + np.asarray(tr.failed_steps, dtype=np.intp)] = (
-                    tr.credit
-                )
-        shaped = rows.split_groups(
-            rows.returns(self.gamma) + self.alpha * credit
-        )  # Eq. 4: R̃ = R + α·r
-        a_s, all_stats = gigpo_step_batch(groups, self.gamma, self.norm, returns=shaped, rows=rows)
-        step = rows.split_groups(a_s)
+                credit[offsets[first + tr.failed] + np.asarray(tr.failed_steps, dtype=np.intp)] = tr.credit
+        shaped_rows = rows.returns(self.gamma) + self.alpha * credit  # Eq. 4: R̃ = R + α·r
+        a_s, all_stats = gigpo_step_rows(rows, self.gamma, self.norm, shaped_rows)
+        lengths = np.diff(offsets).tolist()
         results = []
-        for group, traces, shaped_g, a_s_g, stats in zip(
-            groups, all_traces, shaped, step, all_stats
+        for first, traces, shaped_g, a_s_g, a_e, stats in zip(
+            rows.group_traj.tolist(), all_traces, rows.split_groups(shaped_rows), rows.split_groups(a_s),
+            _episode_terms(rows, self.norm, self.episode_norm), all_stats,  # (A_E unshaped)
         ):
-            a_e = task_norm(group, self.norm, self.episode_norm)  # unshaped A_E
             adv = [self.episode_weight * e + self.step_weight * s for e, s in zip(a_e, a_s_g)]
             failed = len(traces)
-            n_rows = sum(len(group[tr.failed].steps) for tr in traces)
+            n_rows = sum(lengths[first + tr.failed] for tr in traces)
             credited = int(sum(int(np.count_nonzero(tr.position >= 0)) for tr in traces))
             aux = float(self.alpha * sum(float(tr.credit.sum()) for tr in traces))
             stats.update(
@@ -573,9 +610,7 @@ class SCPO(Estimator):
                 credited_steps_per_failed=credited / failed if failed else 0.0,
                 aux_reward_sum=aux,
                 mean_aux_reward=aux / n_rows if n_rows else 0.0,
-                filtered_steps=int(
-                    sum(len(group[tr.failed].steps) - len(tr.failed_steps) for tr in traces)
-                ),
+                filtered_steps=int(sum(lengths[first + tr.failed] - len(tr.failed_steps) for tr in traces)),
                 batch_scorer_seconds=scorer_seconds,
             )
             results.append(CreditResult(adv, shaped_rewards=shaped_g, stats=stats))
