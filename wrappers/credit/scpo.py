@@ -481,7 +481,8 @@ class SCPO(Estimator):
         lengths: list[float] = []
         for g in range(len(cols.sizes)):
             step = cols.group_columns(g, ("extra", "observation", "action"))[0]
-            lengths.extend(map(_row_length, step["extra"], step["observation"], step["action"]))
+            lengths += [_row_length(ex, ob, a) if ex else float(len(ob) + len(a))
+                        for ex, ob, a in zip(step["extra"], step["observation"], step["action"])]
         perm = length_balanced_order(lengths, self.partitions)
         pos = np.empty(len(lengths), dtype=np.intp)
         pos[perm] = np.arange(len(lengths))
