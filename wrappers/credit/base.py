@@ -96,8 +96,9 @@ class Estimator:
     An estimator that needs only step rows may also define ``compute_rows(rows)`` on a
     :class:`~wrappers.credit.graph.RowTable` and make :meth:`compute` call it on
     ``RowTable(groups)``: :mod:`wrappers.credit.flat` then runs it on tables built straight
-    from an RL library's columns, without making any Step (GRPO, RLOO, GiGPO, GraphGPO and
-    MileGPO do).  ``name`` is set by :func:`register_estimator`.
+    from an RL library's columns, without making any Step (all seven built-in estimators do;
+    MCGPO and SCPO read their extra step fields through ``flat.StepRows``).  ``name`` is set
+    by :func:`register_estimator`.
     """
 
     name: str = ""
