@@ -39,7 +39,7 @@ class DoorsEnv(gym.Env):
 
     def __init__(self, answers: Sequence[Sequence[int]] = ANSWERS, train: int = 4, split: str = "train") -> None:
         self.answers = [tuple(int(d) for d in a) for a in answers]
-        self.SPLITS = {"train": range(train), "eval": range(train, len(self.answers))}
+        self.splits = {"train": range(train), "eval": range(train, len(self.answers))}
         self.split = split
         self.observation_space = spaces.Text(max_length=200, min_length=0, charset=string.printable)
         self.action_space = spaces.Text(max_length=200, min_length=0, charset=string.printable)
@@ -48,13 +48,13 @@ class DoorsEnv(gym.Env):
         self._done = True
 
     def task_ids(self, split: str) -> list[int]:
-        return list(self.SPLITS[split])
+        return list(self.splits[split])
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         options = options or {}
         split = options.get("split", self.split)
-        self._task = int(options.get("task", self.SPLITS[split][0]))
+        self._task = int(options.get("task", self.splits[split][0]))
         self._room, self._done = 0, False
         return self._obs(""), self._info(valid=True, task_reward=0.0, won=False)
 
