@@ -39,19 +39,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TINY = ["model=tiny-llama", "groups_per_update=2", "group_size=2", "val_tasks=2", "eval_every=1",
-        "save_every=1", "learning_rate=1e-3", "progress=false", "tensorboard=false",
-        "max_response_tokens=12", "micro_batch_rows=4", "estimator_params={}", "skip_zero_advantage_rows=false",
-        "env_workers=0", "mixed_precision=no", "rubric_shaping=0.0", "max_train_rows=0", "torch_threads=1",
-        "warm_start_tasks=0", "action_mode=generate", "prompt_style=action_only", "estimator=grpo",
-        "kl_coef=0.01", "mini_batches=2", "env_id=WebShop-Rubric-v0",
-        "env_kwargs={catalogue: generated, num_products: 120, tagger: lexicon}",
-        "train_split=train", "val_split=eval", "max_steps=4", "trainable_layers=0", "eval_train_games=false"]
+TINY = ["--model", "tiny-llama", "--groups-per-update", "2", "--group-size", "2", "--val-tasks", "2",
+        "--eval-every", "1", "--save-every", "1", "--learning-rate", "1e-3", "--no-progress",
+        "--no-tensorboard", "--max-response-tokens", "12", "--micro-batch-rows", "4", "--estimator-params",
+        "{}", "--no-skip-zero-advantage-rows", "--env-workers", "0", "--mixed-precision", "no",
+        "--rubric-shaping", "0.0", "--max-train-rows", "0", "--torch-threads", "1", "--warm-start-tasks", "0",
+        "--action-mode", "generate", "--prompt-style", "action_only", "--estimator", "grpo", "--kl-coef",
+        "0.01", "--mini-batches", "2", "--env-id", "WebShop-Rubric-v0", "--env-kwargs",
+        "{catalogue: generated, num_products: 120, tagger: lexicon}", "--train-split", "train", "--val-split", "eval", "--max-steps",
+        "4", "--trainable-layers", "0", "--no-eval-train-games"]
 
 
 def train_cmd(out: Path, name: str, updates: int) -> list[str]:
-    return [sys.executable, "-m", "trainers.cli", "train", "demo", *TINY, f"updates={updates}",
-            f"output_dir={out}", f"run_name={name}"]
+    return [sys.executable, "-m", "trainers.cli", "train", "demo", *TINY, "--updates", str(updates),
+            "--output-dir", str(out), "--run-name", name]
 
 
 def resume_cmd(run: Path) -> list[str]:

@@ -1,8 +1,11 @@
-"""Training configuration: a typed dataclass, presets, YAML/TOML files and CLI overrides.
+"""Training configuration: a typed dataclass, presets, YAML/TOML files and overrides.
 
-Every field carries its help text in ``metadata["help"]`` (TRL style); ``rubricgym train
---help-config`` prints them.  A configuration is validated before any work starts; a bad
-value raises :class:`ConfigError` naming the field and the allowed values.
+Every field carries its type (``Literal`` for a choice) and its help text in
+``metadata["help"]`` (TRL style); ``rubricgym train``'s flags are generated from them by tyro
+(:mod:`trainers.typed_cli`, ``rubricgym train --help``).  Files and presets are mappings of
+field = value; :func:`load_config` also takes ``field=value`` override strings (the Python
+API; the command line uses the flags).  A configuration is validated before any work
+starts; a bad value raises :class:`ConfigError` naming the field and the allowed values.
 
 Example:
     >>> cfg = load_config("demo", overrides=["group_size=4", "estimator=grpo", "estimator_params={}"])
@@ -24,8 +27,11 @@ import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import tyro
+
+from trainers.typed_cli import YamlDict
 from trainers.update_rule import UpdateRuleConfig
 
 __all__ = [
@@ -36,6 +42,7 @@ __all__ = [
     "apply_overrides",
     "available_presets",
     "config_help",
+    "field_choices",
     "load_config",
 ]
 
@@ -52,10 +59,9 @@ VLLM_REMOVED = ("backend='vllm' was removed (its weight sync was never run and w
                 "integrations, which take rubricgym's environments and credit estimators (docs/integrations.md)")
 
 
-def _f(default: Any, help: str, choices: tuple[Any, ...] | None = None, **kw: Any) -> Any:
+def _f(default: Any, help: str, **kw: Any) -> Any:
+    """A field with its help text (``metadata["help"]``, which tyro shows in ``--help``)."""
     meta = {"help": help}
-    if choices is not None:
-        meta["choices"] = choices
     if isinstance(default, (dict, list)):
         return field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata=meta)
     return field(default=default, metadata=meta, **kw)
@@ -67,7 +73,7 @@ class TrainConfig:
 
     # --- environment and tasks ---------------------------------------------------------
     env_id: str = _f("ALFWorld-Rubric-v0", "Gymnasium id of the environment (a registered rubricgym id or any id whose env follows SPEC §2).")
-    env_kwargs: dict = _f({}, "Keyword arguments for gym.make (e.g. {max_steps = 50}).")
+    env_kwargs: YamlDict = _f({}, "Keyword arguments for gym.make, a mapping (in a TOML file {max_steps = 50}; as a flag '{max_steps: 50}').")
     train_split: str = _f("train", "Task split the training tasks come from (passed as options['split'] to reset).")
     val_split: str = _f("valid_seen", "Task split of the fixed validation set.")
     train_tasks: int = _f(0, "Number of training task indices to sample from (0 = every task the environment reports for the split).")
@@ -79,9 +85,9 @@ class TrainConfig:
 
     # --- model ---------------------------------------------------------------------------
     model: str = _f("smollm2", "Policy: 'tiny-llama', 'tiny-qwen2' (random, for tests), 'smollm2' (packaged SmolLM2-135M-Instruct), a local folder or a hub id.")
-    dtype: str = _f("auto", "Parameter dtype; 'auto' = bfloat16 on a bf16-capable GPU, float32 otherwise.", ("auto", "float32", "bfloat16", "float16"))
-    rollout_dtype: str = _f("auto", "Weights the rollout policy runs on: 'float32' (the training model itself), 'bfloat16' (a bf16 copy refreshed after every update: faster on CPU, probabilities within a few percent), 'auto' = bfloat16 on CPU when mixed_precision is bf16, else float32.", ("auto", "float32", "bfloat16"))
-    mixed_precision: str = _f("auto", "Accelerate mixed precision; 'auto' = bf16 on a bf16-capable GPU or a CPU with AMX bf16, else none.", ("auto", "no", "bf16", "fp16"))
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _f("auto", "Parameter dtype; 'auto' = bfloat16 on a bf16-capable GPU, float32 otherwise.")
+    rollout_dtype: Literal["auto", "float32", "bfloat16"] = _f("auto", "Weights the rollout policy runs on: 'float32' (the training model itself), 'bfloat16' (a bf16 copy refreshed after every update: faster on CPU, probabilities within a few percent), 'auto' = bfloat16 on CPU when mixed_precision is bf16, else float32.")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = _f("auto", "Accelerate mixed precision; 'auto' = bf16 on a bf16-capable GPU or a CPU with AMX bf16, else none.")
     lora: bool = _f(False, "Train peft LoRA adapters instead of all weights (the reference policy is then the base model with adapters disabled).")
     lora_r: int = _f(16, "LoRA rank r of the adapter matrices.")
     lora_alpha: int = _f(32, "LoRA scaling alpha (the update is scaled by alpha / r).")
@@ -91,8 +97,8 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(True, "Recompute activations in the backward pass to save memory.")
 
     # --- prompts and rollouts --------------------------------------------------------------
-    action_mode: str = _f("generate", "'generate': the policy writes free text that is parsed into an action (the papers' setting); 'choose': the policy scores every admissible action by its log-probability and samples among them (always valid).", ("generate", "choose"))
-    prompt_style: str = _f("think", "'think': reason in <think>...</think> then answer <action>...</action>; 'action_only': answer only <action>...</action>.", ("think", "action_only"))
+    action_mode: Literal["generate", "choose"] = _f("generate", "'generate': the policy writes free text that is parsed into an action (the papers' setting); 'choose': the policy scores every admissible action by its log-probability and samples among them (always valid).")
+    prompt_style: Literal["think", "action_only"] = _f("think", "'think': reason in <think>...</think> then answer <action>...</action>; 'action_only': answer only <action>...</action>.")
     history_length: int = _f(2, "How many recent (observation, action) pairs the prompt shows.")
     list_actions: bool = _f(True, "Show the admissible actions in the prompt.")
     compact_prompt: bool = _f(False, "Shorter prompts with the same fields: no opening sentence, observations without banners, blank lines or a repeated goal line (a CPU speed option).")
@@ -104,14 +110,14 @@ class TrainConfig:
     temperature: float = _f(1.0, "Rollout sampling temperature.")
     top_p: float = _f(1.0, "Rollout nucleus sampling (1 = off).")
     val_temperature: float = _f(0.4, "Validation sampling temperature.")
-    backend: str = _f("transformers", "Generation backend: 'transformers' (generate on the policy itself; CPU and GPU). For vLLM on GPUs use the TRL or verl integrations (docs/integrations.md).", ("transformers",))
+    backend: Literal["transformers"] = _f("transformers", "Generation backend: 'transformers' (generate on the policy itself; CPU and GPU). For vLLM on GPUs use the TRL or verl integrations (docs/integrations.md).")
     rollout_batch_size: int = _f(64, "Most sequences generated or scored in one forward batch.")
     save_rollouts: bool = _f(True, "Write each update's trajectories to rollouts/update_XXXXX.jsonl.")
 
     # --- credit and objective ---------------------------------------------------------------
     estimator: str = _f("graphgpo", "Credit estimator by name (wrappers.credit.available_estimators()).")
-    estimator_params: dict = _f({}, "Keyword parameters of the estimator (e.g. {gamma = 0.1}).")
-    rl_loss: str = _f("auto", "What the PPO ratio, KL and entropy are computed on: 'tokens' (the response's tokens; SPEC §5, the papers' objective in generate mode), 'choice' (choose mode only: the choose policy's own log-probability of the sampled action, log-softmax over the admissible actions' scores at the rollout temperature; one ratio per decision, the entropy of the choice distribution) or 'auto' (choice in choose mode, else tokens).", ("auto", "tokens", "choice"))
+    estimator_params: YamlDict = _f({}, "Keyword parameters of the estimator, a mapping (e.g. '{gamma: 0.1}').")
+    rl_loss: Literal["auto", "tokens", "choice"] = _f("auto", "What the PPO ratio, KL and entropy are computed on: 'tokens' (the response's tokens; SPEC §5, the papers' objective in generate mode), 'choice' (choose mode only: the choose policy's own log-probability of the sampled action, log-softmax over the admissible actions' scores at the rollout temperature; one ratio per decision, the entropy of the choice distribution) or 'auto' (choice in choose mode, else tokens).")
     pair_coef: float = _f(0.05, "λ_pair: weight of MCGPO's pairwise loss (used when the estimator returns pairs).")
     clip_ratio: float = _f(0.2, "PPO clip ε: ρ is clipped to [1-ε, 1+ε].")
     dual_clip: float = _f(3.0, "Dual-clip constant c: for A < 0 the loss is min(ℓ_clip, -c·A).")
@@ -122,13 +128,13 @@ class TrainConfig:
     # --- optimisation -------------------------------------------------------------------------
     learning_rate: float = _f(0.01, "Step size of the RL updates' plain SGD (no momentum, no Adam: the step is proportional to the gradient, so all-zero advantages leave the weights where they are), applied to advantages in units of their running RMS (adv_norm); the trust region (target_kl) bounds how far one update moves the policy whatever the step size.")
     weight_decay: float = _f(0.0, "Weight decay of the RL updates' SGD step, θ ← θ − lr·(∇L + λ·θ) (for SGD without momentum decoupled and L2 decay are the same step). Non-zero decay moves the weights even when every advantage is 0, so it is off by default.")
-    lr_schedule: str = _f("constant", "Learning-rate schedule over the updates.", ("constant", "linear", "cosine"))
+    lr_schedule: Literal["constant", "linear", "cosine"] = _f("constant", "Learning-rate schedule over the updates.")
     warmup_updates: int = _f(0, "Linear warm-up length in updates.")
     max_grad_norm: float = _f(1.0, "Gradient clipping norm of every SGD step (0 = off).")
     ppo_epochs: int = _f(4, "The update rule's epochs: at most this many passes of SGD mini-batch steps over each update's rows; after each, KL(π_old ‖ π_new) is measured and the update stops at the trust region (target_kl). π_old is the rollout policy for every epoch.")
     mini_batches: int = _f(1, "SGD steps per epoch (the rows are split into this many mini-batches).")
     target_kl: float = _f(0.05, "Trust region of one update: the mean KL(π_old ‖ π_new) over the update's decisions (nats; exact over the candidates with rl_loss='choice', the k3 estimate over response tokens otherwise). When an epoch ends above it, θ − θ_old is halved until it is within (TRPO's backtracking line search) and the update stops (trainers/update_rule.py; the arena uses the same rule). 0 = no trust region.")
-    adv_norm: str = _f("running_rms", "'running_rms': divide the advantages by the bias-corrected running RMS of the non-zero advantages seen so far (multiplying every advantage by a constant then changes nothing); 'none': use them as the estimator returns them. Either way |A| ≤ 1e-9 counts as 0.", ("running_rms", "none"))
+    adv_norm: Literal["running_rms", "none"] = _f("running_rms", "'running_rms': divide the advantages by the bias-corrected running RMS of the non-zero advantages seen so far (multiplying every advantage by a constant then changes nothing); 'none': use them as the estimator returns them. Either way |A| ≤ 1e-9 counts as 0.")
     rl_update: bool = _f(True, "Apply the policy update. false = a control run: rollouts, credit, metrics and evaluations as usual, the weights never move (what learning is measured against).")
     micro_batch_rows: int = _f(8, "Rows per forward/backward (gradient accumulation fills a mini-batch); must be ≥ 2 when pairs are used.")
     skip_zero_advantage_rows: bool = _f(False, "Leave out rows whose advantage is exactly 0 and that are in no pair (their policy-gradient term is 0; only their KL/entropy terms are lost). A CPU speed option.")
@@ -139,7 +145,7 @@ class TrainConfig:
     warm_start_tasks: int = _f(0, "Behaviour-clone the stored walkthroughs of this many training tasks before the first update (ALFWorld games store one; 0 = off). Validation runs before it and, with eval_after_warm_start, after it. With full fine-tuning and kl_coef > 0 the KL reference becomes the warm-started policy.")
     warm_start_epochs: int = _f(1, "Passes over the walkthrough rows.")
     warm_start_lr: float = _f(1e-4, "AdamW learning rate of the warm start (its own optimizer, not checkpointed: a run killed during the warm start starts again).")
-    warm_start_loss: str = _f("auto", "Warm-start objective: 'tokens' (token NLL of the expert's response), 'choice' (NLL of the expert's choice among the admissible actions, as choose mode samples them) or 'auto' (choice in choose mode, else tokens).", ("auto", "tokens", "choice"))
+    warm_start_loss: Literal["auto", "tokens", "choice"] = _f("auto", "Warm-start objective: 'tokens' (token NLL of the expert's response), 'choice' (NLL of the expert's choice among the admissible actions, as choose mode samples them) or 'auto' (choice in choose mode, else tokens).")
     warm_start_batch_rows: int = _f(8, "Rows per warm-start optimizer step (split into micro_batch_rows forwards).")
     eval_after_warm_start: bool = _f(True, "Validate after the warm start as well (logged as 'eval_warm_start', not part of the learning curve).")
 
@@ -151,7 +157,7 @@ class TrainConfig:
     save_every: int = _f(5, "Write a checkpoint every N updates (and at the end).")
     keep_checkpoints: int = _f(2, "How many complete checkpoints to keep.")
     seed: int = _f(0, "Random seed (task sampling, generation, initialisation).")
-    output_dir: str = _f("runs", "Parent folder of run folders.")
+    output_dir: Annotated[str, tyro.conf.arg(aliases=("-o",))] = _f("runs", "Parent folder of run folders.")
     run_name: str = _f("", "Run folder name (default: preset-estimator-seed-timestamp).")
     tensorboard: bool = _f(True, "Also write TensorBoard event files.")
     progress: bool = _f(True, "Show a progress bar.")
@@ -163,7 +169,7 @@ class TrainConfig:
             raise ConfigError(VLLM_REMOVED)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            choices = f.metadata.get("choices")
+            choices = field_choices(f.name)
             if choices is not None and value not in choices:
                 raise ConfigError(f"{f.name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
             _check_type(f.name, value, _field_types()[f.name])
@@ -242,6 +248,18 @@ class TrainConfig:
             path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def field_choices(name: str) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal`` field of :class:`TrainConfig` (``None``: any value of its type)."""
+    tp = _field_types()[name]
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
+
+
+def _is_text(name: str) -> bool:
+    """Whether the field holds a string (``str`` or a ``Literal`` of strings)."""
+    choices = field_choices(name)
+    return _field_types()[name] is str or (choices is not None and all(isinstance(c, str) for c in choices))
+
+
 def _field_types() -> dict[str, Any]:
     global _TYPES
     if _TYPES is None:
@@ -254,6 +272,8 @@ _TYPES: dict[str, Any] | None = None
 
 def _check_type(name: str, value: Any, tp: Any) -> None:
     origin = typing.get_origin(tp) or tp
+    if origin is Literal:
+        return  # checked against field_choices
     if origin is bool:
         ok = isinstance(value, bool)
     elif origin is int:
@@ -279,7 +299,7 @@ def _coerce(name: str, raw: Any) -> Any:
             return origin(raw)
         except ValueError:
             return raw
-    if origin is str and not isinstance(raw, str) and raw is not None:
+    if _is_text(name) and not isinstance(raw, str) and raw is not None:
         return str(raw)
     return raw
 
@@ -334,8 +354,7 @@ def apply_overrides(cfg: TrainConfig, overrides: list[str]) -> TrainConfig:
             raise ConfigError(f"override {item!r} must look like field=value")
         key, raw = item.split("=", 1)
         key = key.strip().lstrip("-").replace("-", "_")
-        tp = _field_types().get(key)
-        if tp is str:  # plain strings are taken verbatim ("no" must not become False)
+        if key in _field_types() and _is_text(key):  # strings are taken verbatim ("no" must not become False)
             value = raw.strip()
         else:
             try:
@@ -392,7 +411,9 @@ def config_help() -> list[tuple[str, str, str, str]]:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         tp = _field_types()[f.name]
         help_text = f.metadata["help"]
-        if "choices" in f.metadata:
-            help_text += " Choices: " + ", ".join(map(str, f.metadata["choices"])) + "."
-        out.append((f.name, getattr(tp, "__name__", str(tp)), repr(default), help_text))
+        choices = field_choices(f.name)
+        if choices is not None:
+            help_text += " Choices: " + ", ".join(map(str, choices)) + "."
+        type_name = "str" if choices is not None else getattr(tp, "__name__", str(tp))
+        out.append((f.name, type_name, repr(default), help_text))
     return out

@@ -8,64 +8,94 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import typer
 
-__all__ = ["model_prepare", "register", "train"]
+__all__ = ["TRAIN_USAGE", "model_prepare", "parse_train_args", "register", "train"]
 
 log = logging.getLogger(__name__)
 
 
-def train(
-    args: list[str] = typer.Argument(
-        None,
-        help="Optional preset name or config file (.toml/.yaml) followed by field=value overrides, "
-        "e.g. `rubricgym train alfworld estimator=mcgpo updates=100`. No arguments: the demo preset.",
-        show_default=False,
-    ),
-    resume: Path = typer.Option(None, "--resume", help="Continue the run in this folder from its last complete checkpoint."),
-    output_dir: str = typer.Option(None, "--output-dir", "-o", help="Parent folder of the run folder (overrides output_dir)."),
-    help_config: bool = typer.Option(False, "--help-config", help="List every configuration field with its help text and exit."),
-    presets: bool = typer.Option(False, "--presets", help="List the packaged presets and exit."),
-) -> None:
-    """Train a policy (default: the CPU demo on generated ALFWorld games)."""
-    from rich.console import Console
-    from rich.table import Table
+#: The command's usage line; the flags after it are generated from TrainConfig's fields.
+TRAIN_USAGE = """Train a policy (default: the CPU demo on generated ALFWorld games).
 
-    from trainers.config import ConfigError, available_presets, config_help, load_config
+rubricgym train [PRESET | FILE] [--resume RUN_DIR] [--presets] [--FIELD VALUE ...]
+
+PRESET is a packaged preset (--presets lists them; default: demo), FILE a .toml/.yaml/.json
+config file; --resume RUN_DIR continues that run from its last complete checkpoint (its
+config.yaml is the starting point). Every field below can then be set by its flag, e.g.
+`rubricgym train alfworld --estimator mcgpo --updates 100 --estimator-params '{gamma: 0.95}'`."""
+
+
+def parse_train_args(args: list[str]) -> tuple[Any, Path | None]:
+    """``(config, run folder to resume or None)`` from ``rubricgym train``'s arguments.
+
+    The preset or file (first argument) or ``--resume`` give the starting configuration;
+    the remaining flags are parsed by tyro from :class:`~trainers.config.TrainConfig`
+    (:func:`trainers.typed_cli.parse`) and the result is validated.  Raises
+    :class:`~trainers.config.ConfigError` for a bad source or value, ``SystemExit`` for
+    ``--help`` and for flags tyro rejects.
+    """
+    from trainers.config import ConfigError, TrainConfig, load_config
+    from trainers.typed_cli import parse
+
+    args = list(args)
+    resume = _take_option(args, "--resume")
+    if resume is not None:
+        run_dir = Path(resume)
+        cfg_file = run_dir / "config.yaml"
+        if not cfg_file.is_file():
+            raise ConfigError(f"--resume {run_dir}: no config.yaml there (is it a run folder?)")
+        base = load_config(cfg_file, validate=False)
+    else:
+        run_dir = None
+        source = args.pop(0) if args and not args[0].startswith("-") else "demo"
+        base = load_config(source, validate=False)
+    stray = [a for a in args if "=" in a and not a.startswith("-")]
+    if stray:
+        key, value = stray[0].split("=", 1)
+        raise ConfigError(f"{stray[0]!r}: fields are set with flags, e.g. --{key.replace('_', '-')} {value}")
+    cfg = parse(TrainConfig, base, args, prog="rubricgym train", description=TRAIN_USAGE)
+    return cfg.validate(), run_dir
+
+
+def _take_option(args: list[str], name: str) -> str | None:
+    """Remove ``name VALUE`` (or ``name=VALUE``) from ``args`` and return VALUE."""
+    for i, arg in enumerate(args):
+        if arg.startswith(name + "="):
+            del args[i]
+            return arg.split("=", 1)[1]
+        if arg == name:
+            if i + 1 == len(args):
+                from trainers.config import ConfigError
+
+                raise ConfigError(f"{name} needs a value")
+            value = args[i + 1]
+            del args[i : i + 2]
+            return value
+    return None
+
+
+def train(ctx: typer.Context) -> None:
+    """Train a policy (default: the CPU demo on generated ALFWorld games); --help lists every field."""
+    from rich.console import Console
+
+    from trainers.config import ConfigError, available_presets
 
     console = Console()
-    if help_config:
-        table = Table("field", "type", "default", "help", show_lines=False)
-        for row in config_help():
-            table.add_row(*row)
-        console.print(table)
-        return
-    if presets:
+    args = list(ctx.args)
+    if "--presets" in args:
         console.print("presets: " + ", ".join(available_presets()))
         return
-    args = list(args or [])
     try:
-        if resume is not None:
-            cfg_file = resume / "config.yaml"
-            if not cfg_file.is_file():
-                raise ConfigError(f"--resume {resume}: no config.yaml there (is it a run folder?)")
-            cfg = load_config(cfg_file, args)
-            run_dir = resume
-        else:
-            source = "demo"
-            if args and "=" not in args[0]:
-                source = args.pop(0)
-            cfg = load_config(source, args)
-            run_dir = None
-        if output_dir is not None:
-            cfg.output_dir = output_dir
+        cfg, run_dir = parse_train_args(args)
     except ConfigError as exc:
         console.print(f"[red]invalid configuration:[/red] {exc}")
         raise typer.Exit(2) from None
     from trainers.trainer import Trainer
 
-    trainer = Trainer(cfg, run_dir, resume=resume is not None)
+    trainer = Trainer(cfg, run_dir, resume=run_dir is not None)
     summary = trainer.train()
     if trainer.accelerator.is_main_process:
         console.print(f"[bold green]done[/bold green]: run folder {summary['run_dir']}")
@@ -90,7 +120,9 @@ def model_prepare(force: bool = typer.Option(False, "--force", help="Convert aga
 
 def register(app: typer.Typer, data_app: typer.Typer) -> None:
     """Add ``train`` and ``model prepare`` to the CLI."""
-    app.command("train")(train)
+    # the arguments go to parse_train_args (tyro), --help included
+    raw = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+    app.command("train", context_settings=raw)(train)
     model_app = typer.Typer(help="Prepare policy models.", no_args_is_help=True)
     model_app.command("prepare")(model_prepare)
     app.add_typer(model_app, name="model")
