@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -132,6 +133,13 @@ def _words(text: str) -> list[str]:
     return tokenize(text)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _word_set(text: str) -> frozenset[str]:
+    """The set of :func:`_words` of ``text``, memoised: the same titles and option values
+    recur on every page that shows them."""
+    return frozenset(_words(text))
+
+
 def goal_tokens(instruction: str) -> frozenset[str]:
     """Stemmed content tokens of a goal instruction (price clause and filler words removed)."""
     text = _PRICE_CLAUSE.sub("", instruction.lower())
@@ -147,7 +155,7 @@ def coverage_bin(fraction: float) -> int:
 def _coverage(text: str, goal: frozenset[str]) -> float:
     if not goal:
         return 0.0
-    return len(set(_words(text)) & goal) / len(goal)
+    return len(_word_set(text) & goal) / len(goal)
 
 
 def action_key(snap: PageSnapshot, goal: frozenset[str], action: str) -> str:
@@ -172,6 +180,6 @@ def action_key(snap: PageSnapshot, goal: frozenset[str], action: str) -> str:
     if kind == "product":
         return f"product:{coverage_bin(_coverage(snap.link_titles.get(arg, ''), goal))}"
     # option: share of the option value's tokens that the goal mentions
-    toks = set(_words(arg))
+    toks = _word_set(arg)
     frac = len(toks & goal) / len(toks) if toks else 0.0
     return f"option:{coverage_bin(frac)}"

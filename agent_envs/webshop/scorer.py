@@ -39,7 +39,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from typing import Any, Protocol
 
@@ -329,8 +329,12 @@ class ScoreBreakdown:
     tagger: str
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-friendly)."""
-        return asdict(self)
+        """Plain dict (JSON-friendly); every field is a scalar, so a shallow copy is
+        :func:`dataclasses.asdict`'s result without its recursive deep copies."""
+        return {name: getattr(self, name) for name in _BREAKDOWN_FIELDS}
+
+
+_BREAKDOWN_FIELDS = tuple(f.name for f in fields(ScoreBreakdown))
 
 
 def score_purchase(product: Mapping[str, Any], goal: Mapping[str, Any], price: float,

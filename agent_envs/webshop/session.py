@@ -234,6 +234,12 @@ class ShopSession:
         self.state = ShopState()
         self._preview_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ScoreBreakdown] = {}
         self._last_scorer_error: str | None = None
+        # the current page's nodes and clickables, keyed by the state they were built from
+        # (one step asks for them several times: the action check, the click, the snapshot)
+        self._page_key: tuple | None = None
+        self._page_nodes: list[Node] = []
+        self._page_clicks: dict[str, tuple[str, str]] | None = None
+        self._page_texts: tuple[str, str] | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -261,8 +267,31 @@ class ShopSession:
         """Only the start page has a search bar."""
         return self.state.page == "start"
 
+    def _state_key(self) -> tuple:
+        """Everything :meth:`nodes` reads from the state (the goal and catalogue are fixed)."""
+        st = self.state
+        return (st.page, st.keywords, st.results_page, st.asin, tuple(st.options.items()), st.sub_page,
+                tuple(st.visited), st.done, st.purchase)
+
+    def _current_page(self) -> None:
+        key = self._state_key()
+        if key != self._page_key:
+            self._page_key, self._page_nodes = key, self._build_nodes()
+            self._page_clicks = self._page_texts = None
+
+    def _texts(self) -> tuple[str, str]:
+        """The current page as ``text`` and ``text_rich``."""
+        self._current_page()
+        if self._page_texts is None:
+            self._page_texts = (to_text(self._page_nodes), to_text_rich(self._page_nodes))
+        return self._page_texts
+
     def nodes(self) -> list[Node]:
         """The visible nodes of the current page, in order."""
+        self._current_page()
+        return list(self._page_nodes)
+
+    def _build_nodes(self) -> list[Node]:
         st = self.state
         instr = [Node("Instruction:"), Node(self.goal.instruction)]
         back, prev = Node(NAV_BUTTONS["back"], "button"), Node(NAV_BUTTONS["prev"], "button")
@@ -312,9 +341,9 @@ class ShopSession:
     def observation(self, mode: str = "text") -> str:
         """The page as ``text`` or ``text_rich``."""
         if mode == "text":
-            return to_text(self.nodes())
+            return self._texts()[0]
         if mode == "text_rich":
-            return to_text_rich(self.nodes())
+            return self._texts()[1]
         raise ValueError(f"unknown observation mode {mode!r}; expected 'text' or 'text_rich'")
 
     def clickables(self) -> dict[str, tuple[str, str]]:
@@ -324,9 +353,16 @@ class ShopSession:
         ``product`` (target asin), ``option`` (target option name), ``sub``, ``buy``.
         Option values override buttons of the same text (as upstream's radio inputs do).
         """
+        self._current_page()
+        if self._page_clicks is None:
+            self._page_clicks = self._build_clickables(self._page_nodes)
+        return dict(self._page_clicks)
+
+    @staticmethod
+    def _build_clickables(nodes: list[Node]) -> dict[str, tuple[str, str]]:
         out: dict[str, tuple[str, str]] = {}
         options: dict[str, tuple[str, str]] = {}
-        for n in self.nodes():
+        for n in nodes:
             key = n.text.strip().lower()
             if n.role == "button":
                 if key == "search":
@@ -393,7 +429,7 @@ class ShopSession:
             clickables=[c for c, (k, _t) in clicks.items() if k != "search"],
             clickable_kinds={c: k for c, (k, _t) in clicks.items()},
             link_titles={n.text.lower(): n.group or "" for n in nodes if n.role == "link"},
-            text=to_text(nodes), text_rich=to_text_rich(nodes), instruction=self.goal.instruction,
+            text=self._texts()[0], text_rich=self._texts()[1], instruction=self.goal.instruction,
             preview=preview.to_dict() if preview is not None else None,
             scorer_error=self._last_scorer_error,
             purchase=st.purchase.to_dict() if st.purchase is not None else None,
