@@ -231,16 +231,6 @@ def _quit(driver: Any, profile: str) -> None:
     shutil.rmtree(profile, ignore_errors=True)
 
 
-class _DomPage:
-    """Adaptor giving :meth:`ShopSession.clickables` the nodes read from the DOM."""
-
-    def __init__(self, nodes: list[Node]) -> None:
-        self._nodes = nodes
-
-    def nodes(self) -> list[Node]:
-        return self._nodes
-
-
 class BrowserBackend:
     """Drive the server's HTML pages with Selenium and headless Chromium.
 
@@ -387,7 +377,7 @@ class BrowserBackend:
             raise RemoteError(f"the browser shows an error page at {data.get('url')}: {data.get('error')}")
         nodes = [Node(str(t), role if role in _ROLES else "text", bool(clicked), group)
                  for t, role, clicked, group in data["nodes"]]
-        clicks = ShopSession.clickables(_DomPage(nodes))  # type: ignore[arg-type]  # the engine's rule
+        clicks = ShopSession.clickables_of(nodes)  # the engine's rule, on the nodes read from the DOM
         server = self.api.snapshot()
         done = data["page"] == "done"
         score = float(data["score"]) if done and data.get("score") is not None else None

@@ -355,11 +355,12 @@ class ShopSession:
         """
         self._current_page()
         if self._page_clicks is None:
-            self._page_clicks = self._build_clickables(self._page_nodes)
+            self._page_clicks = self.clickables_of(self._page_nodes)
         return dict(self._page_clicks)
 
     @staticmethod
-    def _build_clickables(nodes: list[Node]) -> dict[str, tuple[str, str]]:
+    def clickables_of(nodes: list[Node]) -> dict[str, tuple[str, str]]:
+        """:meth:`clickables` of a page given by its nodes (e.g. read from a browser's DOM)."""
         out: dict[str, tuple[str, str]] = {}
         options: dict[str, tuple[str, str]] = {}
         for n in nodes:
