@@ -353,7 +353,8 @@ class GroupRunner:
     """Runs sibling groups on persistent environments (in-process or in worker processes).
 
     It is the one episode loop of the project: the trainer (``trainers.rollouts``) plays its
-    rollouts and evaluations through it with a language-model policy.
+    rollouts and evaluations through it with a language-model policy, the arena
+    (``trainers.arena.runner``) with its linear softmax policy.
 
     Args:
         env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``), a zero-argument

@@ -27,6 +27,7 @@ from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
 from trainers.arena.runner import (
     ArenaConfig,
     _evaluate,
+    arena_envs,
     make_arena_env,
     resolve_tasks,
     run_one,
@@ -50,7 +51,8 @@ def test_warm_start_generalises_to_held_out_generated_alfworld(tmp_path: Path) -
     cloned = warm_start_tasks(env, cfg)
     assert len(cloned) == 36 and not (set(val) & set(train) or set(cloned) & (set(val) | set(train)))
 
-    untrained = _evaluate(env, cfg, val, "generated", LinearSoftmaxPolicy(cfg.dim), Featurizer(cfg.dim), 0, 0)
+    untrained = _evaluate(arena_envs(cfg), cfg, val, "generated", LinearSoftmaxPolicy(cfg.dim), Featurizer(cfg.dim),
+                          0, 0)
     assert untrained["success"] <= 1 / 12
 
     run_one(cfg, "grpo", 0, tmp_path)

@@ -18,7 +18,14 @@ import pytest
 
 from trainers.arena.objective import ObjectiveConfig
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-from trainers.arena.runner import ArenaConfig, make_arena_env, play_episode, run_one, update_policy
+from trainers.arena.runner import (
+    ArenaConfig,
+    ArenaPolicy,
+    arena_envs,
+    play_groups,
+    run_one,
+    update_policy,
+)
 from trainers.update_rule import UpdateRuleConfig
 
 SMALL = dict(updates=4, tasks_per_update=2, group_size=4, train_tasks=6, val_tasks=6, eval_every=2,
@@ -31,13 +38,9 @@ def _records(path: Path) -> list[dict]:
 
 def _rows(cfg: ArenaConfig, policy: LinearSoftmaxPolicy, featurizer: Featurizer, n: int = 4):
     """Decision records of ``n`` sibling episodes of one WebShop training goal."""
-    env = make_arena_env(cfg)
-    records = []
-    for slot in range(n):
-        _, recs, _ = play_episode(env, task=600, split="train", slot=slot, policy=policy, featurizer=featurizer,
-                                  rng=np.random.default_rng(slot), temperature=1.0)
-        records += recs
-    return records
+    agent = ArenaPolicy(policy, featurizer, temperature=1.0, rng=lambda _group, slot: np.random.default_rng(slot))
+    play_groups(arena_envs(cfg), agent, [600], [0], split="train", group_size=n)
+    return [r for slot in range(n) for r in agent.records[(0, slot)]]
 
 
 def test_zero_advantages_leave_the_policy_exactly_where_it_was() -> None:

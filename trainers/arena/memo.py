@@ -11,6 +11,10 @@ without touching the engine; the real environment is brought to the current hist
 when an unknown step is needed (reset, then replay of the not-yet-executed actions), so the
 engine does at most the work it would have done without the memo.
 
+Several wrappers — one per environment of a pool, e.g. the G siblings the arena plays in
+lock step — can share one :class:`MemoTable`: what one sibling's environment computed
+answers the others, and each wrapper brings only its own environment up to date.
+
 Results are never changed by the memo — only time.  ``tests/test_arena_memo.py`` checks
 that memoised and direct episodes are identical.
 
@@ -25,7 +29,49 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["EpisodeMemo"]
+__all__ = ["EpisodeMemo", "MemoTable"]
+
+
+class MemoTable:
+    """The memory of one or more :class:`EpisodeMemo` wrappers, with their shared counters.
+
+    Args:
+        max_entries: Stop memoising new steps beyond this many (memory bound; behaviour is
+            unaffected, only speed).
+
+    Attributes:
+        hits: Steps and resets answered from the memo.
+        misses: Steps and resets that ran a real environment (replays excluded).
+        replayed: Actions re-executed to bring a real environment to a history.
+
+    Example:
+        >>> table = MemoTable(max_entries=1)
+        >>> table.store(("reset", ()), "first")
+        >>> table.store(("reset", ("look",)), "second")
+        >>> len(table), table.entries[("reset", ())]
+        (1, 'first')
+    """
+
+    def __init__(self, max_entries: int = 200_000) -> None:
+        self.max_entries = int(max_entries)
+        self.entries: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.hits = 0
+        self.misses = 0
+        self.replayed = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def store(self, key: tuple[str, tuple[str, ...]], value: Any) -> None:
+        """Remember ``value`` for ``key`` while the table has room."""
+        if len(self.entries) < self.max_entries:
+            self.entries[key] = value
+
+    def stats(self) -> dict[str, float]:
+        """Hit rate and counters."""
+        total = self.hits + self.misses
+        return {"memo_hits": self.hits, "memo_misses": self.misses, "memo_replayed": self.replayed,
+                "memo_hit_rate": self.hits / total if total else 0.0, "memo_entries": len(self.entries)}
 
 
 class EpisodeMemo:
@@ -34,38 +80,46 @@ class EpisodeMemo:
     Args:
         env: The environment (Gymnasium API: ``reset(seed=, options=)``, ``step(action)``).
         max_entries: Stop memoising new steps beyond this many (memory bound; behaviour is
-            unaffected, only speed).
+            unaffected, only speed); ignored with ``table``.
+        table: A :class:`MemoTable` shared with other wrappers of environments of the same
+            kind and arguments (``None``: a table of this wrapper's own).
 
     Attributes:
-        hits: Steps and resets answered from the memo.
-        misses: Steps and resets that ran the real environment (replays excluded).
-        replayed: Actions re-executed to bring the real environment to a history.
+        table: The memory and its counters (``hits``, ``misses``, ``replayed``: see
+            :class:`MemoTable`; a shared table counts every wrapper's work).
     """
 
-    def __init__(self, env: Any, max_entries: int = 200_000) -> None:
+    def __init__(self, env: Any, max_entries: int = 200_000, *, table: MemoTable | None = None) -> None:
         self.env = env
-        self.max_entries = int(max_entries)
-        self._memo: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.table = table if table is not None else MemoTable(max_entries)
         self._reset_args: tuple[int | None, dict[str, Any] | None] | None = None
         self._reset_key = ""
         self._history: tuple[str, ...] = ()
         self._real: tuple[str, ...] | None = None  # history the real env is at (None: stale)
         self._real_key = ""
-        self.hits = 0
-        self.misses = 0
-        self.replayed = 0
 
     @property
     def unwrapped(self) -> Any:
         """The innermost environment."""
         return self.env.unwrapped
 
-    def __len__(self) -> int:
-        return len(self._memo)
+    @property
+    def hits(self) -> int:
+        """Steps and resets answered from the memo (the table's count)."""
+        return self.table.hits
 
-    def _store(self, key: tuple[str, tuple[str, ...]], value: Any) -> None:
-        if len(self._memo) < self.max_entries:
-            self._memo[key] = value
+    @property
+    def misses(self) -> int:
+        """Steps and resets that ran a real environment (the table's count)."""
+        return self.table.misses
+
+    @property
+    def replayed(self) -> int:
+        """Actions re-executed to bring a real environment to a history (the table's count)."""
+        return self.table.replayed
+
+    def __len__(self) -> int:
+        return len(self.table)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         """``env.reset`` (from the memo when these arguments were seen before)."""
@@ -73,14 +127,14 @@ class EpisodeMemo:
         self._reset_key = json.dumps([seed, options], sort_keys=True, default=str)
         self._history = ()
         key = (self._reset_key, ())
-        cached = self._memo.get(key)
+        cached = self.table.entries.get(key)
         if cached is not None:
-            self.hits += 1
+            self.table.hits += 1
             return cached
-        self.misses += 1
+        self.table.misses += 1
         result = self.env.reset(seed=seed, options=options)
         self._real, self._real_key = (), self._reset_key
-        self._store(key, result)
+        self.table.store(key, result)
         return result
 
     def _sync(self) -> None:
@@ -94,7 +148,7 @@ class EpisodeMemo:
             self._real_key = self._reset_key
         for action in self._history[len(real):]:
             self.env.step(action)
-            self.replayed += 1
+            self.table.replayed += 1
         self._real = self._history
 
     def step(self, action: str) -> Any:
@@ -103,24 +157,22 @@ class EpisodeMemo:
             raise RuntimeError("call reset() before step()")
         history = self._history + (action,)
         key = (self._reset_key, history)
-        cached = self._memo.get(key)
+        cached = self.table.entries.get(key)
         if cached is not None:
-            self.hits += 1
+            self.table.hits += 1
             self._history = history
             return cached
         self._sync()
-        self.misses += 1
+        self.table.misses += 1
         result = self.env.step(action)
         self._history = history
         self._real = history
-        self._store(key, result)
+        self.table.store(key, result)
         return result
 
     def stats(self) -> dict[str, float]:
-        """Hit rate and counters."""
-        total = self.hits + self.misses
-        return {"memo_hits": self.hits, "memo_misses": self.misses, "memo_replayed": self.replayed,
-                "memo_hit_rate": self.hits / total if total else 0.0, "memo_entries": len(self._memo)}
+        """Hit rate and counters (of the table: every wrapper sharing it)."""
+        return self.table.stats()
 
     def close(self) -> None:
         """Close the wrapped environment."""

@@ -40,7 +40,7 @@ import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,9 +49,9 @@ import numpy as np
 import tyro
 
 from agent_envs.alfworld.data import task_walkthrough
-from agent_envs.rollout import matching_keys
-from agent_envs.trajectory import Step, Trajectory
-from trainers.arena.memo import EpisodeMemo
+from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
+from agent_envs.trajectory import Trajectory
+from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
 from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, resolve_method
@@ -63,13 +63,15 @@ __all__ = [
     "DEFAULT_SEEDS",
     "ENV_PRESETS",
     "ArenaConfig",
+    "ArenaPolicy",
     "DecisionRecord",
     "EnvPreset",
+    "arena_envs",
     "completed_run",
     "expand_actions",
     "make_arena_env",
     "matching_keys",
-    "play_episode",
+    "play_groups",
     "prepare_generated_games",
     "resolve_tasks",
     "run_arena",
@@ -338,12 +340,20 @@ class DecisionRecord:
     old_logp: float
 
 
-_ENV_CACHE: dict[tuple[str, str], Any] = {}
+_ENV_CACHE: dict[str, EnvPool] = {}
 
 
-def make_arena_env(cfg: ArenaConfig) -> Any:
-    """The environment of ``cfg``; one per (environment, arguments) per process, reused
-    across runs (an environment's episodes depend only on the task and the actions)."""
+def arena_envs(cfg: ArenaConfig) -> EnvPool:
+    """The environments of ``cfg``: an in-process :class:`~agent_envs.rollout.EnvPool`, one
+    per (environment, arguments) per process, reused across runs (an environment's episodes
+    depend only on the task and the actions).
+
+    Its environments are made on first use: the ``G`` siblings of a group play in lock step
+    on environments ``0..G-1``, validation in chunks of at most ``G`` tasks, so a process
+    holds ``max(G)`` environments of a kind.  With ``cfg.memo`` every one is wrapped in an
+    :class:`~trainers.arena.memo.EpisodeMemo` and all share one
+    :class:`~trainers.arena.memo.MemoTable`.
+    """
     preset = cfg.preset
     kwargs = dict(preset.make_kwargs)
     kwargs["max_steps"] = cfg.horizon
@@ -356,17 +366,29 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
     if preset.family == "alfworld":
         kwargs["fast_grammar"] = cfg.fast_grammar
     key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
-    env = _ENV_CACHE.get(key)
-    if env is None:
-        import gymnasium as gym
+    pool = _ENV_CACHE.get(key)
+    if pool is None:
+        table = MemoTable() if cfg.memo else None
 
-        import agent_envs  # noqa: F401  (registers the environments)
+        def make() -> Any:
+            import gymnasium as gym
 
-        env = gym.make(preset.env_id, **kwargs)
-        if cfg.memo:
-            env = EpisodeMemo(env)
-        _ENV_CACHE[key] = env
-    return env
+            import agent_envs  # noqa: F401  (registers the environments)
+
+            env = gym.make(preset.env_id, **kwargs)
+            return EpisodeMemo(env, table=table) if table is not None else env
+
+        make.__name__ = preset.env_id
+        pool = _ENV_CACHE[key] = EnvPool(make)
+    return pool
+
+
+def make_arena_env(cfg: ArenaConfig) -> Any:
+    """Environment 0 of :func:`arena_envs` (for the task lists and the warm start's replays)."""
+    pool = arena_envs(cfg)
+    if 0 not in pool.local:  # an in-process pool makes its environments on first use
+        pool.local[0] = pool.env()
+    return pool.local[0]
 
 
 #: Seed of the fixed task order of splits listed by ``task_ids`` (the same for every run).
@@ -440,103 +462,94 @@ def expand_actions(actions: Sequence[str], goal: str) -> list[str]:
     return out
 
 
-def _hashable(value: Any, fallback: Hashable) -> Hashable:
-    if value is None:
-        return fallback
-    try:
-        hash(value)
-    except TypeError:
-        return json.dumps(value, sort_keys=True, default=str)
-    return value
+class ArenaPolicy:
+    """The arena's linear softmax policy as a :class:`~agent_envs.rollout.GroupRunner` policy.
 
+    Called with the live episodes' turns (:class:`~agent_envs.rollout.Turn`), it answers each with
+    one of the admissible actions (WebShop's templated search expanded by
+    :func:`expand_actions`), sampled at ``temperature``, and records the decision (features,
+    chosen index, log π_old at temperature 1) per episode.
 
-def play_episode(
-    env: Any,
-    *,
-    task: Any,
-    split: str | None,
-    slot: int,
-    policy: LinearSoftmaxPolicy,
-    featurizer: Featurizer,
-    rng: np.random.Generator,
-    temperature: float,
-    reset_seed: int = 0,
-) -> tuple[Trajectory, list[DecisionRecord], dict[str, Any]]:
-    """Play one episode with the arena policy, choosing among the admissible actions.
+    Every episode ``(group, slot)`` of a run draws from its own generator ``rng(group, slot)``,
+    made at its first decision: its actions do not depend on which other episodes are played
+    in the same lock-step batch, nor in what order.
 
     Args:
-        env: A rubricgym environment (SPEC §2 ``info`` contract).
-        task: Task index or id (``options["task"]``).
-        split: ``options["split"]`` (``None`` leaves it out).
-        slot: Rollout slot of this sibling (MCGPO folds use it).
         policy: The acting policy.
         featurizer: Feature extractor matching the policy.
-        rng: Source of the action draws.
         temperature: Sampling temperature.
-        reset_seed: ``reset(seed=...)``; siblings share it, so they start identically.
+        rng: The generator of episode ``(group, slot)``.
 
-    Returns:
-        ``(trajectory, decision records, episode info)``; the info holds ``task_type``
-        and ``invalid`` (count of invalid actions).
+    Attributes:
+        records: ``(group, slot)`` -> the episode's decision records (:class:`DecisionRecord`),
+            one per step.
+        task_types: ``(group, slot)`` -> ``info["task"]["type"]`` (``"-"`` when absent).
+
+    Example:
+        >>> arena = ArenaPolicy(LinearSoftmaxPolicy(2**10), Featurizer(2**10), temperature=1.0,
+        ...                     rng=lambda group, slot: np.random.default_rng([group, slot]))
+        >>> info = {"admissible_actions": ["look", "inventory"], "task": {"goal": "find a mug", "type": "demo"}}
+        >>> arena([Turn(0, 1, 0, "A kitchen.", info)]) == arena([Turn(0, 1, 0, "A kitchen.", info)])
+        True
+        >>> len(arena.records[(0, 1)]), arena.task_types[(0, 1)]
+        (1, 'demo')
     """
-    options: dict[str, Any] = {"task": task}
-    if split is not None:
-        options["split"] = split
-    obs, info = env.reset(seed=reset_seed, options=options)
-    obs = str(obs)
-    task_info = info.get("task") or {}
-    goal = str(task_info.get("goal", ""))
-    task_type = str(task_info.get("type", "-"))
-    task_id = _hashable(task_info.get("id"), task)
-    steps: list[Step] = []
-    records: list[DecisionRecord] = []
-    history: list[str] = []
-    invalid = 0
-    truncated = False
-    score, won = float(info.get("score", 0.0)), bool(info.get("won", False))
-    while True:
-        actions = expand_actions(info.get("admissible_actions") or [], goal)
+
+    def __init__(self, policy: LinearSoftmaxPolicy, featurizer: Featurizer, *, temperature: float,
+                 rng: Callable[[int, int], np.random.Generator]) -> None:
+        self.policy, self.featurizer, self.temperature, self.rng = policy, featurizer, temperature, rng
+        self.records: dict[tuple[int, int], list[DecisionRecord]] = {}
+        self.task_types: dict[tuple[int, int], str] = {}
+        self._tasks: dict[tuple[int, int], Mapping[str, Any]] = {}
+        self._rngs: dict[tuple[int, int], np.random.Generator] = {}
+
+    def __call__(self, turns: Sequence[Turn]) -> list[str]:
+        return [self._decide(turn) for turn in turns]
+
+    def _decide(self, turn: Turn) -> str:
+        key = (turn.group, turn.slot)
+        if turn.t == 0:  # a new episode: its task (as reset reported it) and its own generator
+            task = turn.info.get("task") or {}
+            self._tasks[key], self._rngs[key], self.records[key] = task, self.rng(*key), []
+            self.task_types[key] = str(task.get("type", "-"))
+        task = self._tasks[key]
+        goal = str(task.get("goal", ""))
+        actions = expand_actions(turn.info.get("admissible_actions") or [], goal)
         if not actions:
-            raise RuntimeError(f"task {task!r}: the environment offers no admissible action")
-        decision = featurizer.decision(
-            goal=goal, task_type=task_type, observation=obs, actions=actions,
-            rubric=info.get("rubric"), history=history, task=task_info,
+            raise RuntimeError(f"task {task.get('id')!r}: the environment offers no admissible action")
+        decision = self.featurizer.decision(
+            goal=goal, task_type=self.task_types[key], observation=str(turn.observation), actions=actions,
+            rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history], task=task,
         )
-        k, logp_t = policy.sample(decision, rng, temperature)
-        action = actions[k]
+        k, logp_t = self.policy.sample(decision, self._rngs[key], self.temperature)
         # log π_old at temperature 1 (the objective's ratio is at temperature 1)
-        old_logp = float(policy.log_probabilities(decision)[k]) if temperature != 1.0 else logp_t
-        obs2, reward, terminated, trunc, info2 = env.step(action)
-        valid = bool(info2.get("valid", True))
-        invalid += int(not valid)
-        # The environment's own action key (WebShop: goal-aware keys), else the action.
-        action_key = info2.get("action_key")
-        if action_key is None and isinstance(info.get("action_keys"), Mapping):
-            action_key = info["action_keys"].get(action)
-        steps.append(
-            Step(
-                state_key=_hashable(info.get("state_key"), obs),
-                action=action,
-                action_key=_hashable(action_key, action) if action_key is not None else None,
-                reward=float(info2.get("task_reward", reward)),
-                penalty=float(info2.get("penalty", 0.0)),
-                valid=valid,
-                observation=obs,
-                feedback=str(obs2),
-                rubric=dict(info.get("rubric") or {}),
-                keys=matching_keys(info),
-                next_state_key=_hashable(info2.get("state_key"), str(obs2)),
-            )
-        )
-        records.append(DecisionRecord(decision, k, old_logp))
-        history.append(action)
-        obs, info = str(obs2), info2
-        score, won = float(info.get("score", score)), bool(info.get("won", False))
-        if terminated or trunc:
-            truncated = bool(trunc and not terminated)
-            break
-    traj = Trajectory(task_id=task_id, slot=slot, steps=steps, score=score, success=won, truncated=truncated)
-    return traj, records, {"task_type": task_type, "invalid": invalid}
+        old_logp = float(self.policy.log_probabilities(decision)[k]) if self.temperature != 1.0 else logp_t
+        self.records[key].append(DecisionRecord(decision, k, old_logp))
+        return actions[k]
+
+
+def play_groups(
+    envs: EnvPool, policy: ArenaPolicy, tasks: Sequence[Any], seeds: Sequence[int], *,
+    split: str | None, group_size: int,
+) -> list[list[Trajectory]]:
+    """Play ``group_size`` siblings of every task with the arena policy, all in lock step, on
+    environments ``0 .. len(tasks) * group_size - 1`` of ``envs``.
+
+    The episodes are played by :class:`~agent_envs.rollout.GroupRunner` (the project's one
+    episode loop; steps from :func:`~agent_envs.trajectory.step_from_info`); ``policy`` keeps
+    each episode's decision records and task type under ``(group, slot)``.
+
+    Args:
+        envs: The environments (e.g. :func:`arena_envs`; the runner does not close them).
+        policy: The arena policy of this call (its generators are keyed by position in ``tasks``).
+        tasks: Task index or id per group (``options["task"]``).
+        seeds: ``reset(seed=...)`` per group; siblings share it, so they start identically.
+        split: ``options["split"]`` (``None`` leaves it out).
+        group_size: Siblings per task.
+    """
+    runner = GroupRunner(envs)
+    return runner.run(list(tasks), policy, group_size=group_size, seeds=[int(s) for s in seeds],
+                      options=None if split is None else {"split": split})
 
 
 # ------------------------------------------------------------------------------- updates
@@ -733,21 +746,24 @@ def _rng(*key: int) -> np.random.Generator:
 
 
 def _evaluate(
-    env: Any, cfg: ArenaConfig, val_set: Sequence[Any], val_split: str | None, policy: LinearSoftmaxPolicy,
+    envs: EnvPool, cfg: ArenaConfig, val_set: Sequence[Any], val_split: str | None, policy: LinearSoftmaxPolicy,
     featurizer: Featurizer, seed: int, update: int,
 ) -> dict[str, Any]:
+    """One rollout of every validation task (task ``k``: reset seed ``k``, its own generator),
+    in lock-step chunks of at most ``cfg.group_size`` tasks on ``envs``."""
     succ, score, steps, invalid = [], [], [], 0
     per_type: dict[str, list[float]] = defaultdict(list)
-    for k, task in enumerate(val_set):
-        traj, _, meta = play_episode(
-            env, task=task, split=val_split, slot=0, policy=policy, featurizer=featurizer,
-            rng=_rng(seed, 1_000_003, update, k), temperature=cfg.eval_temperature, reset_seed=k,
-        )
-        succ.append(float(traj.success))
-        score.append(float(traj.score))
-        steps.append(len(traj.steps))
-        invalid += meta["invalid"]
-        per_type[meta["task_type"]].append(float(traj.success))
+    for start in range(0, len(val_set), cfg.group_size):
+        chunk = list(val_set[start : start + cfg.group_size])
+        arena = ArenaPolicy(policy, featurizer, temperature=cfg.eval_temperature,
+                            rng=lambda g, _slot, start=start: _rng(seed, 1_000_003, update, start + g))
+        groups = play_groups(envs, arena, chunk, range(start, start + len(chunk)), split=val_split, group_size=1)
+        for g, (traj,) in enumerate(groups):
+            succ.append(float(traj.success))
+            score.append(float(traj.score))
+            steps.append(len(traj.steps))
+            invalid += sum(not s.valid for s in traj.steps)
+            per_type[arena.task_types[(g, 0)]].append(float(traj.success))
     return {
         "kind": "eval",
         "update": update,
@@ -773,27 +789,22 @@ def _task_sets(env: Any, cfg: ArenaConfig) -> tuple[list[Any], list[Any], str | 
 
 
 def _play_groups(
-    env: Any, cfg: ArenaConfig, policy: LinearSoftmaxPolicy, featurizer: Featurizer, seed: int, update: int,
+    envs: EnvPool, cfg: ArenaConfig, policy: LinearSoftmaxPolicy, featurizer: Featurizer, seed: int, update: int,
     picks: Sequence[int], tasks: Sequence[Any],
 ) -> tuple[list[list[Trajectory]], list[list[list[DecisionRecord]]], int]:
-    """One update's rollouts: ``cfg.group_size`` siblings per task; (groups, their decision
-    records, invalid actions)."""
+    """One update's rollouts: ``cfg.group_size`` siblings per task, one group at a time in
+    lock step (sibling ``slot`` of training task ``pick`` draws from ``_rng(seed, update,
+    pick, slot)``, reset seed ``pick``); (groups, their decision records, invalid actions)."""
     groups: list[list[Trajectory]] = []
     group_records: list[list[list[DecisionRecord]]] = []
     invalid = 0
     for pick, task in zip(picks, tasks):
-        group, grecs = [], []
-        for slot in range(cfg.group_size):
-            traj, recs, meta = play_episode(
-                env, task=task, split=cfg.preset.train_split, slot=slot, policy=policy,
-                featurizer=featurizer, rng=_rng(seed, update, pick, slot),
-                temperature=cfg.temperature, reset_seed=pick,
-            )
-            group.append(traj)
-            grecs.append(recs)
-            invalid += meta["invalid"]
+        arena = ArenaPolicy(policy, featurizer, temperature=cfg.temperature,
+                            rng=lambda _g, slot, pick=pick: _rng(seed, update, pick, slot))
+        (group,) = play_groups(envs, arena, [task], [pick], split=cfg.preset.train_split, group_size=cfg.group_size)
         groups.append(group)
-        group_records.append(grecs)
+        group_records.append([arena.records[(0, slot)] for slot in range(cfg.group_size)])
+        invalid += sum(not s.valid for traj in group for s in traj.steps)
     return groups, group_records, invalid
 
 
@@ -864,7 +875,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.jsonl"
     tmp_path = run_dir / "metrics.jsonl.partial"
-    env = make_arena_env(cfg)
+    envs, env = arena_envs(cfg), make_arena_env(cfg)
     train_pool, val_set, val_split = _task_sets(env, cfg)
     featurizer = Featurizer(cfg.dim)
     policy = LinearSoftmaxPolicy(cfg.dim)
@@ -885,7 +896,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
 
         def validate(update: int) -> dict[str, Any]:
             t_eval = time.perf_counter()
-            rec = _evaluate(env, cfg, val_set, val_split, policy, featurizer, seed, update)
+            rec = _evaluate(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
             rec["time"] = {"eval": time.perf_counter() - t_eval}
             run.evals.append(rec)
             emit(rec)
@@ -899,7 +910,7 @@ def run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLike
             t0 = time.perf_counter()
             picks = sorted(task_rng.choice(cfg.train_tasks, size=cfg.tasks_per_update, replace=False).tolist())
             tasks = [train_pool[k] for k in picks]
-            groups, group_records, invalid = _play_groups(env, cfg, policy, featurizer, seed, update, picks, tasks)
+            groups, group_records, invalid = _play_groups(envs, cfg, policy, featurizer, seed, update, picks, tasks)
             t1 = time.perf_counter()
             results = estimator(groups)
             t2 = time.perf_counter()
