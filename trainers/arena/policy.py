@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
 import re
 import zlib
 from collections.abc import Mapping, Sequence
@@ -106,6 +107,12 @@ def _parse_action(action: str) -> tuple[str, tuple[str, ...], tuple[str, ...], s
     return _verb(action), tuple(_content(_tokens(action))), tuple(_content(_tokens(arg))), arg.strip().lower()
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def _goal_words(goal: str) -> frozenset[str]:
+    """The goal's content words (memoised: every decision of an episode asks for them)."""
+    return frozenset(_content(_tokens(goal)))
+
+
 def _entities(action: str) -> tuple[str, str]:
     """``(object type, receptacle type)`` named by an ALFWorld-style action ("" if none).
 
@@ -145,7 +152,7 @@ def _graded(rubric: Mapping[str, Any] | None) -> list[str]:
     for name, value in rubric.items():
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             continue
-        if not np.isfinite(value) or value <= 0:
+        if not math.isfinite(value) or value <= 0:
             continue
         if isinstance(value, (int, np.integer)) or value > 1:
             out.append(f"{name}={int(value)}")
@@ -163,7 +170,7 @@ def _active(rubric: Mapping[str, Any] | None) -> list[str]:
         if isinstance(value, bool):
             if value:
                 out.append(str(name))
-        elif isinstance(value, (int, float, np.integer, np.floating)) and np.isfinite(value) and value > 0:
+        elif isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value) and value > 0:
             out.append(str(name))
     return sorted(out)
 
@@ -429,7 +436,7 @@ class Featurizer:
         """
         if not actions:
             raise ValueError("a decision needs at least one admissible action")
-        goal_words = frozenset(_content(_tokens(goal)))
+        goal_words = _goal_words(goal)
         channels = _active(rubric)
         graded = _graded(rubric)
         signature = "+".join(channels) if channels else "-"
