@@ -23,15 +23,17 @@ import copy
 import json
 import time
 
+import gymnasium as gym
 import torch
 from accelerate import Accelerator
 
+import agent_envs  # noqa: F401  (registers the environments)
 from agent_envs.rollout import EnvPool
+from agent_envs.tasks import train_val_tasks
 from trainers.config import load_config
 from trainers.generation import choice_logprobs, score_candidates
 from trainers.models import load_policy, train_top_layers
 from trainers.rollouts import RolloutSettings, TaskRef
-from trainers.trainer import list_tasks
 from trainers.warm_start import behaviour_clone, expert_rows
 
 
@@ -47,9 +49,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config("demo", [f"val_tasks={args.val_tasks}", f"env_kwargs.generated_n={args.games}"])
-    ids = list_tasks(cfg.env_id, cfg.env_kwargs, cfg.val_split)
-    val = [ids[(k * len(ids)) // args.val_tasks] for k in range(args.val_tasks)]  # as the trainer picks them
-    train = [t for t in ids if t not in val][: args.train_tasks]
+    env = gym.make(cfg.env_id, **cfg.env_kwargs)
+    train, val = train_val_tasks(env, cfg.train_split, cfg.val_split, train_n=0, val_n=args.val_tasks)  # the trainer's rule
+    env.close()
+    train = train[: args.train_tasks]
     base, tok = load_policy(cfg.model, seed=0, dtype="float32")
     settings = RolloutSettings.from_config(cfg)
     with EnvPool(cfg.env_id, cfg.env_kwargs, 6, workers=0) as pool:

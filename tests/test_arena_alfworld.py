@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agent_envs.tasks import select_tasks
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
 from trainers.arena.runner import (
     ArenaConfig,
     _evaluate,
     arena_envs,
     make_arena_env,
-    resolve_tasks,
     run_one,
     warm_start_tasks,
 )
@@ -46,8 +46,8 @@ def test_warm_start_generalises_to_held_out_generated_alfworld(tmp_path: Path) -
     cfg = ArenaConfig(env="alfworld-generated", **CFG)
     env = make_arena_env(cfg)
     # The held-out games: positions 12..23 of the split's fixed order; cloned: 24..59.
-    val = resolve_tasks(env, "generated", cfg.val_tasks, offset=cfg.train_tasks)
-    train = resolve_tasks(env, "generated", cfg.train_tasks)
+    val = select_tasks(env, "generated", cfg.val_tasks, offset=cfg.train_tasks)
+    train = select_tasks(env, "generated", cfg.train_tasks)
     cloned = warm_start_tasks(env, cfg)
     assert len(cloned) == 36 and not (set(val) & set(train) or set(cloned) & (set(val) | set(train)))
 

@@ -41,6 +41,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ import numpy as np
 import torch
 
 from agent_envs.rollout import EnvPool
+from agent_envs.tasks import task_pool, train_val_tasks
 from agent_envs.trajectory import save_jsonl
 from trainers.batching import TrainRow, build_rows, subsample_rows
 from trainers.checkpoint import (
@@ -81,26 +83,22 @@ def weights_digest(model: Any) -> str:
 
 
 def list_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[Any] | None:
-    """The task identifiers an environment offers in ``split`` (``None`` if it cannot say).
+    """Every task of ``split`` in the fixed order of :func:`agent_envs.tasks.task_pool`
+    (``None`` if the environment cannot list them)."""
+    with _task_env(env_id, env_kwargs) as env:
+        return task_pool(env, split)
 
-    Asks the unwrapped environment for ``task_ids(split)``, ``split_range(split)`` or
-    ``num_tasks(split)`` (→ ``0..n-1``), in that order.
-    """
+
+@contextlib.contextmanager
+def _task_env(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[Any]:
+    """An environment to ask for its tasks, closed afterwards."""
     import gymnasium as gym
 
     import agent_envs  # noqa: F401
 
     env = gym.make(env_id, **env_kwargs)
     try:
-        base = env.unwrapped
-        for name in ("task_ids", "split_range", "num_tasks"):
-            fn = getattr(base, name, None)
-            if callable(fn):
-                value = fn(split)
-                if isinstance(value, (int, np.integer)):
-                    return list(range(int(value)))
-                return [int(v) if isinstance(v, (int, np.integer)) else v for v in value]
-        return None
+        yield env
     finally:
         env.close()
 
@@ -206,16 +204,16 @@ class Trainer:
         log.info("torch threads: %d", torch.get_num_threads())
 
     def _build_tasks(self) -> None:
-        """The validation tasks and the training pool (the validation tasks held out of it)."""
+        """The training pool and the validation tasks, by the rule the arena uses too
+        (:func:`agent_envs.tasks.train_val_tasks`: the pool first, the validation tasks next,
+        held out of it when both come from one split)."""
         cfg = self.cfg
-        self.val_task_ids = self._task_ids(cfg.val_split, cfg.val_tasks, "val_tasks") if cfg.val_tasks else []
-        self.train_task_ids = self._task_ids(cfg.train_split, cfg.train_tasks, "train_tasks")
-        if cfg.train_split == cfg.val_split:  # same pool: hold the validation tasks out of training
-            held = set(self.val_task_ids)
-            kept = [t for t in self.train_task_ids if t not in held]
-            if not kept:
-                raise ConfigError(f"val_tasks={cfg.val_tasks} leaves no training tasks in split {cfg.train_split!r}")
-            self.train_task_ids = kept
+        with _task_env(cfg.env_id, cfg.env_kwargs) as env:
+            try:
+                self.train_task_ids, self.val_task_ids = train_val_tasks(
+                    env, cfg.train_split, cfg.val_split, train_n=cfg.train_tasks, val_n=cfg.val_tasks)
+            except ValueError as exc:
+                raise ConfigError(f"train_tasks/val_tasks: {exc}") from None
 
     def _build_model(self) -> None:
         """Policy, tokenizer, KL reference, SGD optimiser, schedule, update rule, rollout copy."""
@@ -290,19 +288,6 @@ class Trainer:
             log.info("resumed from %s (update %d)", ckpt, self.start_update)
 
     # ------------------------------------------------------------------ helpers
-    def _task_ids(self, split: str, n: int, field: str) -> list[Any]:
-        ids = list_tasks(self.cfg.env_id, self.cfg.env_kwargs, split)
-        if ids is None:
-            if n < 1:
-                raise ConfigError(f"{field} must be ≥ 1: {self.cfg.env_id} does not report the tasks of split {split!r}")
-            return list(range(n))
-        if not ids:
-            raise ConfigError(f"train_split/val_split: split {split!r} of {self.cfg.env_id} has no tasks")
-        if not n or n >= len(ids):
-            return ids
-        # evenly spaced, so that a small set spans the (usually type-sorted) task list
-        return [ids[(k * len(ids)) // n] for k in range(n)]
-
     @property
     def unwrapped(self) -> Any:
         return self.accelerator.unwrap_model(self.model)
@@ -567,8 +552,8 @@ class Trainer:
         from trainers.warm_start import behaviour_clone, expert_rows
 
         cfg = self.cfg
-        n = min(cfg.warm_start_tasks, len(self.train_task_ids))
-        ids = [self.train_task_ids[(k * len(self.train_task_ids)) // n] for k in range(n)]
+        ids = self.train_task_ids[: cfg.warm_start_tasks]  # the pool is in the fixed mixed order
+        n = len(ids)
         refs = [TaskRef(t, cfg.train_split, self._seed_for(5, k)) for k, t in enumerate(ids)]
         t0 = time.perf_counter()
         rows = expert_rows(self.pool, self.tokenizer, refs, RolloutSettings.from_config(cfg))

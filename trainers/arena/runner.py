@@ -50,6 +50,7 @@ import tyro
 
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
+from agent_envs.tasks import select_tasks, train_val_tasks
 from agent_envs.trajectory import Trajectory
 from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
@@ -73,7 +74,6 @@ __all__ = [
     "matching_keys",
     "play_groups",
     "prepare_generated_games",
-    "resolve_tasks",
     "run_arena",
     "run_dir_name",
     "run_one",
@@ -392,39 +392,6 @@ def make_arena_env(cfg: ArenaConfig) -> Any:
     return pool.local[0]
 
 
-#: Seed of the fixed task order of splits listed by ``task_ids`` (the same for every run).
-TASK_ORDER_SEED = 20_240_601
-
-
-def resolve_tasks(env: Any, split: str | None, n: int, offset: int = 0) -> list[Any]:
-    """The ``n`` task references at positions ``offset .. offset+n-1`` of ``split``.
-
-    * Environments with ``task_ids(split)`` (ALFWorld: ids sorted by folder name, hence
-      grouped by task type) are put in a fixed seeded order first (:data:`TASK_ORDER_SEED`,
-      independent of the training seed), so any prefix mixes the task types, and positions
-      map to task ids.
-    * Environments with ``split_range(split)`` (WebShop: goal indices of the split, already
-      shuffled upstream) map positions into that range.
-    * Otherwise positions are passed as task indices.
-
-    Raises:
-        ValueError: the split holds fewer than ``offset + n`` tasks.
-    """
-    base = getattr(env, "unwrapped", env)
-    if hasattr(base, "task_ids"):
-        ids = list(base.task_ids(split) if split is not None else base.task_ids())
-        if offset + n > len(ids):
-            raise ValueError(f"split {split!r} has {len(ids)} tasks; the arena asked for {offset + n}")
-        order = np.random.default_rng(TASK_ORDER_SEED).permutation(len(ids))
-        return [ids[int(order[offset + k])] for k in range(n)]
-    if hasattr(base, "split_range") and split is not None:
-        rng = base.split_range(split)
-        if offset + n > len(rng):
-            raise ValueError(f"split {split!r} has {len(rng)} tasks; the arena asked for {offset + n}")
-        return [int(rng[offset + k]) for k in range(n)]
-    return [offset + k for k in range(n)]
-
-
 #: The free-text search template of WebShop's admissible actions.
 SEARCH_TEMPLATE = "<your query>"
 _PRICE_CLAUSE = re.compile(r",?\s*and price lower than [\d.,]+ dollars", re.IGNORECASE)
@@ -730,7 +697,7 @@ def warm_start_tasks(env: Any, cfg: ArenaConfig) -> list[Any]:
     tasks are never trained on with RL nor validated on."""
     preset = cfg.preset
     offset = cfg.train_tasks + (cfg.val_tasks if preset.val_split == preset.train_split else 0)
-    return resolve_tasks(env, preset.train_split, cfg.warm_start, offset)
+    return select_tasks(env, preset.train_split, cfg.warm_start, offset)
 
 
 # ------------------------------------------------------------------------------- one run
@@ -780,13 +747,14 @@ def _evaluate(
 def _task_sets(env: Any, cfg: ArenaConfig) -> tuple[list[Any], list[Any], str | None]:
     """(training pool, validation tasks, validation split) of a run."""
     preset = cfg.preset
-    train_pool = resolve_tasks(env, preset.train_split, cfg.train_tasks)
     if cfg.validate_on_train:
         if cfg.val_tasks > cfg.train_tasks:
             raise ValueError("validate_on_train needs val_tasks <= train_tasks")
+        train_pool = select_tasks(env, preset.train_split, cfg.train_tasks)
         return train_pool, train_pool[: cfg.val_tasks], preset.train_split
-    val_offset = cfg.train_tasks if preset.val_split == preset.train_split else 0
-    return train_pool, resolve_tasks(env, preset.val_split, cfg.val_tasks, val_offset), preset.val_split
+    train_pool, val = train_val_tasks(env, preset.train_split, preset.val_split, train_n=cfg.train_tasks,
+                                      val_n=cfg.val_tasks)
+    return train_pool, val, preset.val_split
 
 
 def _play_groups(
