@@ -405,7 +405,7 @@ def load_config(source: str | os.PathLike[str] | None = None, overrides: list[st
 
 
 def config_help() -> list[tuple[str, str, str, str]]:
-    """``(name, type, default, help)`` for every field (for ``--help-config``)."""
+    """``(name, type, default, help)`` for every field (a table for docs; `rubricgym train --help` shows the same through tyro)."""
     out = []
     for f in dataclasses.fields(TrainConfig):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
