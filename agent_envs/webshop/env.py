@@ -43,7 +43,13 @@ from agent_envs.webshop.catalogue import (
 )
 from agent_envs.webshop.goals import SPLITS, Goal
 from agent_envs.webshop.scorer import NounTagger, get_tagger
-from agent_envs.webshop.session import SEARCH_ACTION, ActionOutcome, PageSnapshot, ShopSession
+from agent_envs.webshop.session import (
+    SEARCH_ACTION,
+    ActionOutcome,
+    PageMemo,
+    PageSnapshot,
+    ShopSession,
+)
 from rubrics import SignatureTracker, load_template
 
 __all__ = [
@@ -104,10 +110,11 @@ class EmbeddedBackend:
         self.catalogue = catalogue
         self.tagger = tagger
         self.session: ShopSession | None = None
+        self.pages = PageMemo()  # pages built by one episode serve the next ones
 
     def start(self, goal: Goal) -> PageSnapshot:
         """Begin an episode on ``goal``."""
-        self.session = ShopSession(self.catalogue, goal, self.tagger)
+        self.session = ShopSession(self.catalogue, goal, self.tagger, pages=self.pages)
         return self.session.snapshot()
 
     def act(self, action: str) -> tuple[ActionOutcome, PageSnapshot]:

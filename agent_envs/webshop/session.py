@@ -50,6 +50,7 @@ __all__ = [
     "SUB_PAGES",
     "TOP_K",
     "ActionOutcome",
+    "PageMemo",
     "PageSnapshot",
     "RouteError",
     "ShopSession",
@@ -216,6 +217,45 @@ def reject_action(
     return reject_click(key, clickable_kind(key))
 
 
+class _Page:
+    """A built page: its nodes, and (filled on first use) its clickables and texts."""
+
+    __slots__ = ("clicks", "nodes", "texts")
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self.nodes = nodes
+        self.clicks: dict[str, tuple[str, str]] | None = None
+        self.texts: tuple[str, str] | None = None
+
+
+class PageMemo:
+    """Built pages shared by the sessions of one catalogue, keyed by (goal instruction, page
+    state): a page depends on nothing else, and sibling episodes of a goal see the same
+    pages again and again.  Emptied when it outgrows ``max_pages`` (a memory bound; pages
+    never depend on it).
+
+    Example:
+        >>> memo = PageMemo(max_pages=1)
+        >>> memo.put(("goal", ("start",)), "page")
+        >>> memo.get(("goal", ("start",))), memo.get(("other", ()))
+        ('page', None)
+    """
+
+    def __init__(self, max_pages: int = 50_000) -> None:
+        self.max_pages = int(max_pages)
+        self._pages: dict[tuple, Any] = {}
+
+    def get(self, key: tuple) -> Any:
+        """The page stored under ``key``, or None."""
+        return self._pages.get(key)
+
+    def put(self, key: tuple, page: Any) -> None:
+        """Store ``page`` under ``key``."""
+        if len(self._pages) >= self.max_pages:
+            self._pages.clear()
+        self._pages[key] = page
+
+
 class ShopSession:
     """One shopper's session over a shared :class:`Catalogue`.
 
@@ -224,9 +264,11 @@ class ShopSession:
         goal: The goal of this episode.
         tagger: Noun tagger used by the scorer.
         session_id: Identifier (used by server routes).
+        pages: Built pages shared with other sessions of this catalogue (:class:`PageMemo`).
     """
 
-    def __init__(self, catalogue: Catalogue, goal: Goal, tagger: NounTagger, session_id: str = "0") -> None:
+    def __init__(self, catalogue: Catalogue, goal: Goal, tagger: NounTagger, session_id: str = "0",
+                 pages: PageMemo | None = None) -> None:
         self.catalogue = catalogue
         self.goal = goal
         self.tagger = tagger
@@ -234,12 +276,12 @@ class ShopSession:
         self.state = ShopState()
         self._preview_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ScoreBreakdown] = {}
         self._last_scorer_error: str | None = None
-        # the current page's nodes and clickables, keyed by the state they were built from
-        # (one step asks for them several times: the action check, the click, the snapshot)
+        # the current page, keyed by the state it was built from (one step asks for it several
+        # times: the action check, the click, the snapshot); ``pages`` shares built pages with
+        # other sessions of the same catalogue (siblings of one goal see the same pages)
+        self._pages = pages
         self._page_key: tuple | None = None
-        self._page_nodes: list[Node] = []
-        self._page_clicks: dict[str, tuple[str, str]] | None = None
-        self._page_texts: tuple[str, str] | None = None
+        self._page = _Page([])
 
     # ------------------------------------------------------------------ queries
     @property
@@ -273,23 +315,28 @@ class ShopSession:
         return (st.page, st.keywords, st.results_page, st.asin, tuple(st.options.items()), st.sub_page,
                 tuple(st.visited), st.done, st.purchase)
 
-    def _current_page(self) -> None:
+    def _current_page(self) -> _Page:
         key = self._state_key()
         if key != self._page_key:
-            self._page_key, self._page_nodes = key, self._build_nodes()
-            self._page_clicks = self._page_texts = None
+            shared = (self.goal.instruction, key)
+            page = self._pages.get(shared) if self._pages is not None else None
+            if page is None:
+                page = _Page(self._build_nodes())
+                if self._pages is not None:
+                    self._pages.put(shared, page)
+            self._page_key, self._page = key, page
+        return self._page
 
     def _texts(self) -> tuple[str, str]:
         """The current page as ``text`` and ``text_rich``."""
-        self._current_page()
-        if self._page_texts is None:
-            self._page_texts = (to_text(self._page_nodes), to_text_rich(self._page_nodes))
-        return self._page_texts
+        page = self._current_page()
+        if page.texts is None:
+            page.texts = (to_text(page.nodes), to_text_rich(page.nodes))
+        return page.texts
 
     def nodes(self) -> list[Node]:
         """The visible nodes of the current page, in order."""
-        self._current_page()
-        return list(self._page_nodes)
+        return list(self._current_page().nodes)
 
     def _build_nodes(self) -> list[Node]:
         st = self.state
@@ -353,10 +400,10 @@ class ShopSession:
         ``product`` (target asin), ``option`` (target option name), ``sub``, ``buy``.
         Option values override buttons of the same text (as upstream's radio inputs do).
         """
-        self._current_page()
-        if self._page_clicks is None:
-            self._page_clicks = self.clickables_of(self._page_nodes)
-        return dict(self._page_clicks)
+        page = self._current_page()
+        if page.clicks is None:
+            page.clicks = self.clickables_of(page.nodes)
+        return dict(page.clicks)
 
     @staticmethod
     def clickables_of(nodes: list[Node]) -> dict[str, tuple[str, str]]:
