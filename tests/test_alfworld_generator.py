@@ -357,6 +357,29 @@ def test_concurrent_first_use_from_two_processes(tmp_path: Path) -> None:
     assert ensure_generated(n=2, seed=5, cache_dir=cache) == [Path(p) for p in a]
 
 
+def test_a_reader_racing_the_finishing_process_takes_its_manifest(tmp_path: Path, monkeypatch) -> None:
+    # The race behind a leftover .partial/: process B reads the manifest (not there yet), then
+    # process A writes it and removes .partial/, then B reads the partial entries (gone). B
+    # must take A's manifest, not generate the games again into a new .partial/.
+    cache = tmp_path / "c"
+    finished = ensure_generated(n=2, seed=5, cache_dir=cache, workers=1)
+    real_read = cache_module._read_json
+    calls = {"manifest": 0}
+
+    def read_as_before_the_finish(path: Path):
+        if path.name == cache_module.MANIFEST_NAME:
+            calls["manifest"] += 1
+            if calls["manifest"] == 1:
+                return None  # B's first look: A has not written it yet
+        return real_read(path)
+
+    monkeypatch.setattr(cache_module, "_read_json", read_as_before_the_finish)
+    entries = gen.GameSet(n=2, seed=5, cache_dir=cache, workers=1)._partial_entries()
+    assert sorted(entries) == [0, 1] and calls["manifest"] == 2
+    assert sorted(cache / e["path"] for e in entries.values()) == finished
+    assert not (cache / cache_module.PARTIAL_DIR).exists()
+
+
 def test_a_damaged_cache_is_regenerated(tmp_path: Path) -> None:
     cache = tmp_path / "c"
     paths = ensure_generated(n=1, seed=4, cache_dir=cache, workers=1)

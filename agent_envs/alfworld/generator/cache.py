@@ -384,6 +384,13 @@ class GameSet:
             entry = _read_json(self.cache / PARTIAL_DIR / f"{index}.json")
             if isinstance(entry, Mapping) and entry.get("index") == index and _entry_ok(self.cache, entry):
                 out[index] = dict(entry)
+        if len(out) < self.n:
+            # Another process may have finished meanwhile: it writes the manifest, then removes
+            # the partial entries, so entries gone missing mean the manifest is there (a reader
+            # that took them as missing would generate them again and leave a new .partial/).
+            manifest = _read_json(self.cache / MANIFEST_NAME)
+            if _complete(self.cache, manifest, self.expect) is not None:
+                return {e["index"]: e for e in manifest["games"]}
         return out
 
     def _finish(self) -> dict[int, dict[str, Any]] | None:
