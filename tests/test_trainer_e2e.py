@@ -226,3 +226,21 @@ def test_one_update_on_generated_alfworld(tmp_path, mode):
                 assert s.valid
     evals = [r for r in read_metrics(summary["run_dir"]) if r["phase"] == "eval"]
     assert evals[-1]["episodes"] == 2 and any(k.startswith("success/") for k in evals[-1])
+
+
+def test_the_training_game_evaluation_is_paired_and_the_deal_covers_every_game(tmp_path):
+    """``eval_train_games`` plays every training game with the same seeds each time, so the
+    before/after difference is the policy's alone (the control of the demo's RL-phase
+    measurement: without an update, "after" replays "before" action by action); and the
+    sampler deals each training game once per pass."""
+    cfg = load_config("demo", _overrides(tmp_path, "paired", ["train_tasks=4", "groups_per_update=3"]))
+    trainer = Trainer(cfg)
+    first = trainer.evaluate(0, tag="first", training_games=True)
+    again = trainer.evaluate(0, tag="again", training_games=True)
+    assert {k: v for k, v in first.items() if k != "eval_s"} == {k: v for k, v in again.items() if k != "eval_s"}
+    plays = [[(t.task_id, [s.action for s in t.steps]) for t in load_jsonl(Path(trainer.run_dir) / "rollouts" / f"{tag}_00000.jsonl")]
+             for tag in ("first", "again")]
+    assert plays[0] == plays[1] and len(plays[0]) == 4
+    dealt = [ref.task for u in range(4) for ref in trainer.sample_tasks(u)]  # 12 slots: 3 passes
+    assert [sorted(dealt[4 * k:4 * k + 4]) for k in range(3)] == [sorted(trainer.train_task_ids)] * 3
+    assert dealt[:4] != dealt[4:8]  # each pass is its own shuffle

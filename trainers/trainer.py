@@ -296,13 +296,19 @@ class Trainer:
         return int(np.random.SeedSequence([self.cfg.seed, *parts]).generate_state(1)[0])
 
     def sample_tasks(self, update: int) -> list[TaskRef]:
-        """The P tasks of ``update`` (a pure function of seed and update: the sampler's state
-        is the update counter, which checkpoints store)."""
+        """The P tasks of ``update``: the training tasks are dealt in passes, each pass a
+        seeded shuffle of all of them, P per update, so every task is trained on once per
+        pass (independent draws left some never drawn in a short run).  A pure function of
+        seed and update: the sampler's state is the update counter, which checkpoints store."""
         cfg = self.cfg
-        rng = np.random.default_rng([cfg.seed, 7, update])
-        n = len(self.train_task_ids)
-        idx = rng.choice(n, size=cfg.groups_per_update, replace=cfg.groups_per_update > n)
-        return [TaskRef(self.train_task_ids[int(k)], cfg.train_split, self._seed_for(1, update, g)) for g, k in enumerate(idx)]
+        n, p = len(self.train_task_ids), cfg.groups_per_update
+        refs = []
+        for g in range(p):
+            slot = update * p + g
+            order = np.random.default_rng([cfg.seed, 7, slot // n]).permutation(n)
+            k = int(order[slot % n])
+            refs.append(TaskRef(self.train_task_ids[k], cfg.train_split, self._seed_for(1, update, g)))
+        return refs
 
     def _sync_rollout_model(self, everything: bool = False) -> None:
         """Copy the trained weights into the bf16 rollout copy (trainable ones, or all)."""
@@ -594,7 +600,7 @@ class Trainer:
         self.metrics.log(update, "eval", res)
 
     def _checkpoint(self, update: int) -> None:
-        state = {"update": update, "sampler": {"kind": "per-update", "seed": self.cfg.seed, "next_update": update},
+        state = {"update": update, "sampler": {"kind": "shuffled-passes", "seed": self.cfg.seed, "next_update": update},
                  "eval_history": self.eval_history, "config": self.cfg.to_dict(),
                  "warm_start": self.warm_start_stats, "warm_start_eval": self.warm_start_eval,
                  "train_games_eval": self.train_games_eval,

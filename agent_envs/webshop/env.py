@@ -70,6 +70,10 @@ MAX_OBSERVATION_CHARS = 1 << 20
 MAX_ACTION_CHARS = 4096
 
 
+#: pages whose action keys one environment keeps (about 2 KB each)
+_ACTION_KEY_PAGES = 20_000
+
+
 def _state_key(snap: Any) -> str:
     """The canonical page state: the page text plus the selected options.
 
@@ -231,6 +235,9 @@ class WebShopRubricEnv(gym.Env[str, str]):
         self._steps = 0
         self._status: dict[str, Any] = rb.empty_status()
         self._terminated = False
+        # every admissible action's key per (goal words, page): siblings and later episodes
+        # of a goal revisit the same pages; emptied past _ACTION_KEY_PAGES (a memory bound)
+        self._page_action_keys: dict[tuple, dict[str, str]] = {}
 
     # ------------------------------------------------------------------ public helpers
     def _make_backend(self) -> Backend:
@@ -415,6 +422,19 @@ class WebShopRubricEnv(gym.Env[str, str]):
         super().close()
 
     # ------------------------------------------------------------------ internals
+    def _action_keys(self, snap: PageSnapshot, admissible: list[str]) -> dict[str, str]:
+        """The key of every admissible action but the search, memoised on what
+        :func:`~agent_envs.webshop.rubric.action_key` reads of the page."""
+        memo_key = (self._goal_tokens, snap.done, snap.has_search_bar,
+                    tuple(snap.clickable_kinds.items()), tuple(snap.link_titles.items()))
+        keys = self._page_action_keys.get(memo_key)
+        if keys is None:
+            keys = {a: rb.action_key(snap, self._goal_tokens, a) for a in admissible if a != SEARCH_ACTION}
+            if len(self._page_action_keys) >= _ACTION_KEY_PAGES:
+                self._page_action_keys.clear()
+            self._page_action_keys[memo_key] = keys
+        return dict(keys)
+
     def _obs(self) -> str:
         snap = self.page
         return snap.text if self.observation_mode == "text" else snap.text_rich
@@ -441,8 +461,7 @@ class WebShopRubricEnv(gym.Env[str, str]):
             "penalty": float(penalty),
             "feedback": feedback,
             "action_key": last_key,
-            "action_keys": {a: rb.action_key(snap, self._goal_tokens, a) for a in admissible
-                            if a != SEARCH_ACTION},
+            "action_keys": self._action_keys(snap, admissible),
             "page": snap.page,
             "steps": self._steps,
             "tagger": self.tagger.name,

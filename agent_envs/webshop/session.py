@@ -218,21 +218,26 @@ def reject_action(
 
 
 class _Page:
-    """A built page: its nodes, and (filled on first use) its clickables and texts."""
+    """A built page: its nodes, and (filled on first use) its clickables, texts and the
+    snapshot fields that depend on the page alone."""
 
-    __slots__ = ("clicks", "nodes", "texts")
+    __slots__ = ("clicks", "nodes", "static", "texts")
 
     def __init__(self, nodes: list[Node]) -> None:
         self.nodes = nodes
         self.clicks: dict[str, tuple[str, str]] | None = None
         self.texts: tuple[str, str] | None = None
+        self.static: tuple[list[str], dict[str, str], dict[str, str]] | None = None
 
 
 class PageMemo:
-    """Built pages shared by the sessions of one catalogue, keyed by (goal instruction, page
-    state): a page depends on nothing else, and sibling episodes of a goal see the same
-    pages again and again.  Emptied when it outgrows ``max_pages`` (a memory bound; pages
-    never depend on it).
+    """Built pages and purchase previews shared by the sessions of one catalogue.
+
+    Pages are keyed by (goal instruction, page state): a page depends on nothing else, and
+    sibling episodes of a goal see the same pages again and again.  Previews (the scorer's
+    breakdown of buying the open product now) are keyed by the scorer's inputs: the goal's
+    scored fields, the product and the selected options.  Each table is emptied when it
+    outgrows ``max_pages`` (a memory bound; nothing depends on it).
 
     Example:
         >>> memo = PageMemo(max_pages=1)
@@ -241,9 +246,10 @@ class PageMemo:
         ('page', None)
     """
 
-    def __init__(self, max_pages: int = 50_000) -> None:
+    def __init__(self, max_pages: int = 20_000) -> None:
         self.max_pages = int(max_pages)
         self._pages: dict[tuple, Any] = {}
+        self.previews: dict[tuple, Any] = {}
 
     def get(self, key: tuple) -> Any:
         """The page stored under ``key``, or None."""
@@ -251,9 +257,13 @@ class PageMemo:
 
     def put(self, key: tuple, page: Any) -> None:
         """Store ``page`` under ``key``."""
-        if len(self._pages) >= self.max_pages:
-            self._pages.clear()
-        self._pages[key] = page
+        _bounded_put(self._pages, key, page, self.max_pages)
+
+
+def _bounded_put(table: dict[tuple, Any], key: tuple, value: Any, limit: int) -> None:
+    if len(table) >= limit:
+        table.clear()
+    table[key] = value
 
 
 class ShopSession:
@@ -274,7 +284,11 @@ class ShopSession:
         self.tagger = tagger
         self.session_id = session_id
         self.state = ShopState()
-        self._preview_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ScoreBreakdown] = {}
+        # previews are shared with the other sessions of ``pages`` (else kept per session)
+        self._previews: dict[tuple, ScoreBreakdown] = pages.previews if pages is not None else {}
+        self._preview_limit = pages.max_pages if pages is not None else 1 << 30
+        self._goal_scored = (goal.name, goal.query, goal.product_category, tuple(goal.attributes),
+                             tuple(goal.options), goal.price_upper)
         self._last_scorer_error: str | None = None
         # the current page, keyed by the state it was built from (one step asks for it several
         # times: the action check, the click, the snapshot); ``pages`` shares built pages with
@@ -310,10 +324,19 @@ class ShopSession:
         return self.state.page == "start"
 
     def _state_key(self) -> tuple:
-        """Everything :meth:`nodes` reads from the state (the goal and catalogue are fixed)."""
+        """What :meth:`_build_nodes` reads from the state for the current page type (the goal
+        and catalogue are fixed): an item page does not show which products were visited,
+        so siblings that reach it by different paths share it."""
         st = self.state
-        return (st.page, st.keywords, st.results_page, st.asin, tuple(st.options.items()), st.sub_page,
-                tuple(st.visited), st.done, st.purchase)
+        if st.page == "start":
+            return ("start",)
+        if st.page == "results":
+            return ("results", st.keywords, st.results_page, tuple(st.visited))
+        if st.page == "item":
+            return ("item", st.asin, tuple(sorted(st.options.items())))
+        if st.page == "item_sub":
+            return ("item_sub", st.asin, st.sub_page)
+        return (st.page, st.asin, tuple(st.options.items()), st.purchase)
 
     def _current_page(self) -> _Page:
         key = self._state_key()
@@ -444,8 +467,8 @@ class ShopSession:
         p = self.product
         if p is None:
             return None
-        key = (p.asin, tuple(sorted(self.state.options.items())))
-        hit = self._preview_cache.get(key)
+        key = (self._goal_scored, p.asin, tuple(sorted(self.state.options.items())))
+        hit = self._previews.get(key)
         if hit is None:
             try:
                 hit = score_purchase(p.scorer_view(), self.goal.scorer_view(), p.price,
@@ -453,8 +476,8 @@ class ShopSession:
             except Exception as exc:  # noqa: BLE001 - reported as the scorer_error channel
                 self._last_scorer_error = f"{type(exc).__name__}: {exc}"
                 return None
-            self._last_scorer_error = None
-            self._preview_cache[key] = hit
+            _bounded_put(self._previews, key, hit, self._preview_limit)
+        self._last_scorer_error = None
         return hit
 
     @property
@@ -465,8 +488,14 @@ class ShopSession:
     def snapshot(self) -> PageSnapshot:
         """A :class:`PageSnapshot` of the current page and state."""
         st = self.state
-        nodes = self.nodes()
-        clicks = self.clickables()
+        page = self._current_page()
+        if page.static is None:
+            clicks = self.clickables()
+            page.static = ([c for c, (k, _t) in clicks.items() if k != "search"],
+                           {c: k for c, (k, _t) in clicks.items()},
+                           {n.text.lower(): n.group or "" for n in page.nodes if n.role == "link"})
+        clickables, kinds, titles = page.static
+        text, text_rich = self._texts()
         preview = self.preview()
         return PageSnapshot(
             page=st.page, keywords=st.keywords, results_page=st.results_page, asin=st.asin,
@@ -474,10 +503,8 @@ class ShopSession:
             product_opened=st.product_opened, done=st.done,
             score=st.purchase.total if st.purchase is not None else None,
             has_search_bar=self.has_search_bar,
-            clickables=[c for c, (k, _t) in clicks.items() if k != "search"],
-            clickable_kinds={c: k for c, (k, _t) in clicks.items()},
-            link_titles={n.text.lower(): n.group or "" for n in nodes if n.role == "link"},
-            text=self._texts()[0], text_rich=self._texts()[1], instruction=self.goal.instruction,
+            clickables=list(clickables), clickable_kinds=dict(kinds), link_titles=dict(titles),
+            text=text, text_rich=text_rich, instruction=self.goal.instruction,
             preview=preview.to_dict() if preview is not None else None,
             scorer_error=self._last_scorer_error,
             purchase=st.purchase.to_dict() if st.purchase is not None else None,
