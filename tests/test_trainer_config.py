@@ -85,16 +85,36 @@ def test_files_round_trip_and_can_start_from_a_preset(tmp_path):
         load_config("no-such-preset")
 
 
+def test_busy_cores_reads_the_kernel_counters(tmp_path, monkeypatch):
+    import os
+
+    from trainers import trainer
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal: 300 busy and 100 idle ticks in between
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 ...\n")
+    monkeypatch.setattr(trainer.time, "sleep", lambda _s: stat.write_text("cpu  300 0 200 880 20 0 0 0 0 0\n"))
+    assert trainer.busy_cores(stat=str(stat)) == pytest.approx(0.75 * (os.cpu_count() or 1))
+    assert trainer.busy_cores(stat=str(tmp_path / "missing")) is None
+    stat.write_text("intr 1 2 3\n")
+    assert trainer.busy_cores(stat=str(stat)) is None
+
+
 def test_torch_threads_auto_requested_and_environment(monkeypatch):
     from trainers.trainer import cpu_threads
 
     monkeypatch.delenv("RUBRICGYM_TORCH_THREADS", raising=False)
     assert cpu_threads(3) == 3
     cores = len(__import__("os").sched_getaffinity(0))
-    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert cpu_threads(0) == cores  # idle: every core
-    monkeypatch.setattr("os.getloadavg", lambda: (cores + 5.0, 0.0, 0.0))
+    monkeypatch.setattr("trainers.trainer.busy_cores", lambda: 0.0)
+    monkeypatch.setattr("os.getloadavg", lambda: (cores + 5.0, 0.0, 0.0))  # an install just ended
+    assert cpu_threads(0) == cores  # idle now: every core, whatever the last minute's load
+    monkeypatch.setattr("trainers.trainer.busy_cores", lambda: cores + 5.0)
     assert cpu_threads(0) == 1  # busy: one thread
+    monkeypatch.setattr("trainers.trainer.busy_cores", lambda: None)  # no /proc/stat
+    assert cpu_threads(0) == 1  # the load average decides
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert cpu_threads(0) == cores
     monkeypatch.setenv("RUBRICGYM_TORCH_THREADS", "2")
     assert cpu_threads(0) == 2 and cpu_threads(5) == 2
     with pytest.raises(ConfigError, match="torch_threads must be an integer ≥ 0"):

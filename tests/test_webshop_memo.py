@@ -123,4 +123,20 @@ def test_memoised_action_keys_equal_the_direct_ones(env):
             _obs, _r, term, trunc, info = env.step(_action(snap, env.goal.instruction, rng))
             if term or trunc:
                 break
-    assert env._page_action_keys
+    from agent_envs.webshop.env import _PAGE_ACTION_KEYS
+
+    assert _PAGE_ACTION_KEYS
+
+
+def test_environments_over_one_catalogue_share_one_memo(env):
+    other = gym.make("WebShop-Rubric-v0", catalogue="generated").unwrapped
+    try:
+        assert other.backend.pages is env.backend.pages
+    finally:
+        other.close()
+    from agent_envs.webshop.scorer import get_tagger
+    from agent_envs.webshop.session import shared_page_memo
+
+    lexicon = get_tagger("lexicon")
+    if lexicon is not env.backend.tagger:  # previews depend on the tagger
+        assert shared_page_memo(env.backend.catalogue, lexicon) is not env.backend.pages

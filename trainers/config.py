@@ -80,7 +80,7 @@ class TrainConfig:
     val_tasks: int = _f(128, "Size of the fixed validation set (the first N task indices of val_split).")
     max_steps: int = _f(50, "Episode horizon in decisions (ALFWorld 50, WebShop 15).")
     env_workers: int = _f(0, "Worker processes that step the environments (0 = step them in the trainer process).")
-    torch_threads: int = _f(0, "CPU threads for torch (0 = auto: the cores that are free by the 1-minute load average, at least 1; $RUBRICGYM_TORCH_THREADS overrides). Results are bit-reproducible (e.g. across --resume) only with a fixed count. Ignored on GPU.")
+    torch_threads: int = _f(0, "CPU threads for torch (0 = auto: the cores not busy at the start, measured over 0.25 s, at least 1; $RUBRICGYM_TORCH_THREADS overrides). Results are bit-reproducible (e.g. across --resume) only with a fixed count. Ignored on GPU.")
     rubric_shaping: float = _f(0.0, "Rubric event shaping coefficient [MCGPO Eq. 18]: each step's penalty gets coef·(channels that rose − channels that fell), which estimators add to the step's return (0 = off; needs info['rubric']).")
 
     # --- model ---------------------------------------------------------------------------

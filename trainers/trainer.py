@@ -105,8 +105,11 @@ def _task_env(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[Any]:
 
 def cpu_threads(requested: int = 0) -> int:
     """Torch CPU threads: ``$RUBRICGYM_TORCH_THREADS`` if set, else ``requested`` if > 0,
-    else the cores this process may use that the 1-minute load average leaves free (at
-    least 1).  On a shared, loaded machine extra threads only wait on each other."""
+    else the cores this process may use that other work leaves free now (at least 1): busy
+    cores are measured over a quarter of a second from ``/proc/stat`` (the 1-minute load
+    average where that is unreadable, which still counts work that just ended, e.g. the
+    install before a first run).  On a shared, loaded machine extra threads only wait on
+    each other."""
     env = os.environ.get("RUBRICGYM_TORCH_THREADS")
     if env:
         return max(1, int(env))
@@ -116,11 +119,38 @@ def cpu_threads(requested: int = 0) -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # pragma: no cover
-        load = 0.0
-    return max(1, min(cores, int(cores - load + 0.5)))
+    busy = busy_cores()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except OSError:  # pragma: no cover
+            busy = 0.0
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
+def busy_cores(interval: float = 0.25, stat: str = "/proc/stat") -> float | None:
+    """How many cores were busy (not idle or waiting on I/O) over the next ``interval``
+    seconds, from the kernel's aggregate CPU counters; None where ``stat`` is unreadable."""
+    def sample() -> tuple[int, int] | None:
+        try:
+            with open(stat, encoding="ascii") as fh:
+                fields = fh.readline().split()
+        except OSError:
+            return None
+        if not fields or fields[0] != "cpu" or len(fields) < 6:
+            return None
+        ticks = [int(x) for x in fields[1:9]]
+        return sum(ticks), ticks[3] + ticks[4]  # total, idle + iowait
+
+    first = sample()
+    if first is None:
+        return None
+    time.sleep(interval)
+    second = sample()
+    if second is None or second[0] <= first[0]:
+        return None
+    total, idle = second[0] - first[0], second[1] - first[1]
+    return (total - idle) / total * (os.cpu_count() or 1)
 
 
 def _mixed_precision(cfg: TrainConfig) -> str:

@@ -46,9 +46,9 @@ from agent_envs.webshop.scorer import NounTagger, get_tagger
 from agent_envs.webshop.session import (
     SEARCH_ACTION,
     ActionOutcome,
-    PageMemo,
     PageSnapshot,
     ShopSession,
+    shared_page_memo,
 )
 from rubrics import SignatureTracker, load_template
 
@@ -70,7 +70,10 @@ MAX_OBSERVATION_CHARS = 1 << 20
 MAX_ACTION_CHARS = 4096
 
 
-#: pages whose action keys one environment keeps (about 2 KB each)
+#: every admissible action's key per (goal words, page), shared by the environments of a
+#: process (a pure function of both: siblings and later episodes of a goal revisit the same
+#: pages); emptied past _ACTION_KEY_PAGES entries of about 2 KB (a memory bound)
+_PAGE_ACTION_KEYS: dict[tuple, dict[str, str]] = {}
 _ACTION_KEY_PAGES = 20_000
 
 
@@ -114,7 +117,7 @@ class EmbeddedBackend:
         self.catalogue = catalogue
         self.tagger = tagger
         self.session: ShopSession | None = None
-        self.pages = PageMemo()  # pages built by one episode serve the next ones
+        self.pages = shared_page_memo(catalogue, tagger)  # pages built by one episode serve the next ones
 
     def start(self, goal: Goal) -> PageSnapshot:
         """Begin an episode on ``goal``."""
@@ -235,9 +238,6 @@ class WebShopRubricEnv(gym.Env[str, str]):
         self._steps = 0
         self._status: dict[str, Any] = rb.empty_status()
         self._terminated = False
-        # every admissible action's key per (goal words, page): siblings and later episodes
-        # of a goal revisit the same pages; emptied past _ACTION_KEY_PAGES (a memory bound)
-        self._page_action_keys: dict[tuple, dict[str, str]] = {}
 
     # ------------------------------------------------------------------ public helpers
     def _make_backend(self) -> Backend:
@@ -427,12 +427,12 @@ class WebShopRubricEnv(gym.Env[str, str]):
         :func:`~agent_envs.webshop.rubric.action_key` reads of the page."""
         memo_key = (self._goal_tokens, snap.done, snap.has_search_bar,
                     tuple(snap.clickable_kinds.items()), tuple(snap.link_titles.items()))
-        keys = self._page_action_keys.get(memo_key)
+        keys = _PAGE_ACTION_KEYS.get(memo_key)
         if keys is None:
             keys = {a: rb.action_key(snap, self._goal_tokens, a) for a in admissible if a != SEARCH_ACTION}
-            if len(self._page_action_keys) >= _ACTION_KEY_PAGES:
-                self._page_action_keys.clear()
-            self._page_action_keys[memo_key] = keys
+            if len(_PAGE_ACTION_KEYS) >= _ACTION_KEY_PAGES:
+                _PAGE_ACTION_KEYS.clear()
+            _PAGE_ACTION_KEYS[memo_key] = keys
         return dict(keys)
 
     def _obs(self) -> str:

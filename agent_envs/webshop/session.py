@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -258,6 +259,22 @@ class PageMemo:
     def put(self, key: tuple, page: Any) -> None:
         """Store ``page`` under ``key``."""
         _bounded_put(self._pages, key, page, self.max_pages)
+
+
+_SHARED_MEMOS: dict[tuple, tuple[NounTagger, PageMemo]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_page_memo(catalogue: Catalogue, tagger: NounTagger) -> PageMemo:
+    """The process's :class:`PageMemo` for one catalogue and tagger: every embedded
+    environment over them shares it (siblings of a goal are often played on different
+    environments of a pool, and one table holds each page once)."""
+    key = (catalogue.spec, id(tagger))
+    with _SHARED_LOCK:
+        entry = _SHARED_MEMOS.get(key)
+        if entry is None:  # the tagger is kept alive with its memo, so its id is not reused
+            entry = _SHARED_MEMOS[key] = (tagger, PageMemo())
+        return entry[1]
 
 
 def _bounded_put(table: dict[tuple, Any], key: tuple, value: Any, limit: int) -> None:
