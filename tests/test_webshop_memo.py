@@ -140,3 +140,25 @@ def test_environments_over_one_catalogue_share_one_memo(env):
     lexicon = get_tagger("lexicon")
     if lexicon is not env.backend.tagger:  # previews depend on the tagger
         assert shared_page_memo(env.backend.catalogue, lexicon) is not env.backend.pages
+
+
+def test_a_session_whose_tagger_is_swapped_scores_with_the_new_one(env):
+    """The tagger is an input of the preview: a memoised breakdown of another tagger is not reused."""
+    cat, tagger = env.backend.catalogue, env.backend.tagger
+    memo, goal = PageMemo(), cat.goals[2]
+    first = ShopSession(cat, goal, tagger, pages=memo)
+    first.act(f"search[{goal.instruction}]")
+    first.act(f"click[{_products(first)[0]}]")
+    assert first.snapshot().preview is not None and first.scorer_error is None
+
+    class Boom:
+        name = "boom"
+
+        def nouns(self, text):
+            raise RuntimeError("tagger exploded")
+
+    second = ShopSession(cat, goal, tagger, pages=memo)
+    second.tagger = Boom()
+    second.act(f"search[{goal.instruction}]")
+    second.act(f"click[{_products(second)[0]}]")
+    assert second.snapshot().preview is None and "tagger exploded" in second.scorer_error

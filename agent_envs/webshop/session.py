@@ -237,7 +237,7 @@ class PageMemo:
     Pages are keyed by (goal instruction, page state): a page depends on nothing else, and
     sibling episodes of a goal see the same pages again and again.  Previews (the scorer's
     breakdown of buying the open product now) are keyed by the scorer's inputs: the goal's
-    scored fields, the product and the selected options.  Each table is emptied when it
+    scored fields, the tagger, the product and the selected options.  Each table is emptied when it
     outgrows ``max_pages`` (a memory bound; nothing depends on it).
 
     Example:
@@ -302,7 +302,7 @@ class ShopSession:
         self.session_id = session_id
         self.state = ShopState()
         # previews are shared with the other sessions of ``pages`` (else kept per session)
-        self._previews: dict[tuple, ScoreBreakdown] = pages.previews if pages is not None else {}
+        self._previews: dict[tuple, tuple[NounTagger, ScoreBreakdown]] = pages.previews if pages is not None else {}
         self._preview_limit = pages.max_pages if pages is not None else 1 << 30
         self._goal_scored = (goal.name, goal.query, goal.product_category, tuple(goal.attributes),
                              tuple(goal.options), goal.price_upper)
@@ -484,18 +484,21 @@ class ShopSession:
         p = self.product
         if p is None:
             return None
-        key = (self._goal_scored, p.asin, tuple(sorted(self.state.options.items())))
+        # the tagger is part of the scorer's input (and may be swapped on a live session); it
+        # is stored with the breakdown so that a reused id never matches another tagger
+        key = (self._goal_scored, id(self.tagger), p.asin, tuple(sorted(self.state.options.items())))
         hit = self._previews.get(key)
-        if hit is None:
+        if hit is None or hit[0] is not self.tagger:
             try:
-                hit = score_purchase(p.scorer_view(), self.goal.scorer_view(), p.price,
-                                     dict(self.state.options), self.tagger)
+                breakdown = score_purchase(p.scorer_view(), self.goal.scorer_view(), p.price,
+                                           dict(self.state.options), self.tagger)
             except Exception as exc:  # noqa: BLE001 - reported as the scorer_error channel
                 self._last_scorer_error = f"{type(exc).__name__}: {exc}"
                 return None
+            hit = (self.tagger, breakdown)
             _bounded_put(self._previews, key, hit, self._preview_limit)
         self._last_scorer_error = None
-        return hit
+        return hit[1]
 
     @property
     def scorer_error(self) -> str | None:
