@@ -134,12 +134,12 @@ def test_environments_over_one_catalogue_share_one_memo(env):
         assert other.backend.pages is env.backend.pages
     finally:
         other.close()
-    from agent_envs.webshop.scorer import get_tagger
+    from agent_envs.webshop.scorer import LexiconNounTagger
     from agent_envs.webshop.session import shared_page_memo
 
-    lexicon = get_tagger("lexicon")
-    if lexicon is not env.backend.tagger:  # previews depend on the tagger
-        assert shared_page_memo(env.backend.catalogue, lexicon) is not env.backend.pages
+    # previews depend on the tagger: another tagger object gets its own memo
+    assert shared_page_memo(env.backend.catalogue, LexiconNounTagger()) is not env.backend.pages
+    assert shared_page_memo(env.backend.catalogue, env.backend.tagger) is env.backend.pages
 
 
 def test_a_session_whose_tagger_is_swapped_scores_with_the_new_one(env):
