@@ -48,6 +48,7 @@ from agent_envs.webshop.session import (
     ActionOutcome,
     PageSnapshot,
     ShopSession,
+    bounded_put,
     shared_page_memo,
 )
 from rubrics import SignatureTracker, load_template
@@ -430,9 +431,7 @@ class WebShopRubricEnv(gym.Env[str, str]):
         keys = _PAGE_ACTION_KEYS.get(memo_key)
         if keys is None:
             keys = {a: rb.action_key(snap, self._goal_tokens, a) for a in admissible if a != SEARCH_ACTION}
-            if len(_PAGE_ACTION_KEYS) >= _ACTION_KEY_PAGES:
-                _PAGE_ACTION_KEYS.clear()
-            _PAGE_ACTION_KEYS[memo_key] = keys
+            bounded_put(_PAGE_ACTION_KEYS, memo_key, keys, _ACTION_KEY_PAGES)
         return dict(keys)
 
     def _obs(self) -> str:

@@ -258,7 +258,7 @@ class PageMemo:
 
     def put(self, key: tuple, page: Any) -> None:
         """Store ``page`` under ``key``."""
-        _bounded_put(self._pages, key, page, self.max_pages)
+        bounded_put(self._pages, key, page, self.max_pages)
 
 
 _SHARED_MEMOS: dict[tuple, tuple[NounTagger, PageMemo]] = {}
@@ -277,7 +277,9 @@ def shared_page_memo(catalogue: Catalogue, tagger: NounTagger) -> PageMemo:
         return entry[1]
 
 
-def _bounded_put(table: dict[tuple, Any], key: tuple, value: Any, limit: int) -> None:
+def bounded_put(table: dict[tuple, Any], key: tuple, value: Any, limit: int) -> None:
+    """``table[key] = value``, emptying ``table`` first when it holds ``limit`` entries (the
+    memory bound of the engine's memos: nothing may depend on what they hold)."""
     if len(table) >= limit:
         table.clear()
     table[key] = value
@@ -496,7 +498,7 @@ class ShopSession:
                 self._last_scorer_error = f"{type(exc).__name__}: {exc}"
                 return None
             hit = (self.tagger, breakdown)
-            _bounded_put(self._previews, key, hit, self._preview_limit)
+            bounded_put(self._previews, key, hit, self._preview_limit)
         self._last_scorer_error = None
         return hit[1]
 
