@@ -32,6 +32,20 @@ A restored state is therefore indistinguishable from a fresh load: the test-suit
 games through both stacks and compares every observation, admissible-command list, fact set
 and won flag.
 
+**Transition memo.**  A step's result — the feedback, the next facts, the admissible
+commands, the won flag: everything ``PddlEnv.step`` puts in the game state — is a function
+of the game, the engine's current fact state and the command (the derived texts do not
+depend on the path that led to the state, nor on the iteration order of the fact store:
+outputs are identical under different ``PYTHONHASHSEED`` values).  Siblings, updates, seeds
+and methods of an RL comparison revisit the same (game, state) pairs again and again, and
+different action histories converge on the same state ("look", "examine" and opening then
+closing change nothing; "go to" forgets the way).  So each step is looked up in one
+process-wide :class:`TransitionMemo` keyed by ``(game, digest of the sorted facts,
+command)``; a hit returns the stored state without touching the engine, and the engine
+*lags*: it is brought to the current state (restore the initial state, then apply the
+recorded operators — C calls, no text derivation) only when a step misses.  Tested equal to
+direct play, step by step, on thousands of random steps (``tests/test_alfworld_transitions.py``).
+
 ``fast_downward.pddl2sas`` replaces ``sys.argv`` (a hack of the translator's option parser)
 and swaps ``sys.stdout`` while it runs; :func:`preserve_process_state` puts back the caller's
 own objects (``sys.argv``, ``sys.stdout``/``sys.stderr``, the working directory, the root
@@ -43,6 +57,7 @@ Nothing here is imported by ``import agent_envs``; textworld and alfworld load o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -60,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GameFileError",
+    "TransitionMemo",
     "Translation",
     "engine_infos",
     "game_logic",
@@ -69,6 +85,7 @@ __all__ = [
     "read_game_file",
     "translate",
     "translation_cache_clear",
+    "transition_memo",
     "translation_cache_info",
 ]
 
@@ -217,26 +234,14 @@ def _init_propositions(task: Any, name2type: Mapping[str, str]) -> tuple[Any, ..
     return tuple(out)
 
 
-def translate(domain: str, problem: str) -> Translation:
-    """Ground a PDDL problem with fast-downward (both translations), memoised per process.
-
-    The result depends only on the two texts, so it is shared by every environment of the
-    process that plays the same game (sibling rollouts pay the translation once).
-    """
-    key = _cache_key(domain, problem)
-    with _cache_lock:
-        hit = _cache.get(key)
-        if hit is not None:
-            _cache.move_to_end(key)
-            _stats["hits"] += 1
-            return hit
+def _translate(domain: str, problem: str) -> Translation:
     with _translate_lock, preserve_process_state():  # pddl2sas replaces sys.argv
         import fast_downward
 
         task, sas = fast_downward.pddl2sas(domain, problem)
         _, sas_replan = fast_downward.pddl2sas(domain, problem, optimize=True)
     name2type = {o.name: o.type_name for o in task.objects}
-    result = Translation(
+    return Translation(
         task=task,
         sas=sas,
         sas_replan=sas_replan,
@@ -245,6 +250,88 @@ def translate(domain: str, problem: str) -> Translation:
         name2type=name2type,
         init_facts=_init_propositions(task, name2type),
     )
+
+
+def translation_dir() -> Path | None:
+    """Where translations are kept between processes: ``$RUBRICGYM_CACHE/alfworld/translations``
+    (``RUBRICGYM_CACHE`` defaults to ``~/.cache/rubricgym``); ``RUBRICGYM_TRANSLATION_CACHE=0``
+    turns the disk copy off (``None``)."""
+    if os.environ.get("RUBRICGYM_TRANSLATION_CACHE", "1") == "0":
+        return None
+    root = os.environ.get("RUBRICGYM_CACHE") or Path.home() / ".cache" / "rubricgym"
+    return Path(root) / "alfworld" / "translations"
+
+
+def _translation_file(key: str) -> Path | None:
+    folder = translation_dir()
+    if folder is None:
+        return None
+    from importlib import metadata
+
+    try:
+        version = metadata.version("fast-downward-textworld")
+    except metadata.PackageNotFoundError:  # pragma: no cover - installed with alfworld
+        version = "unknown"
+    tag = f"fd{version}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return folder / f"{key}-{tag}.pickle"
+
+
+def _load_translation(key: str) -> Translation | None:
+    """The translation kept on disk by an earlier process, or ``None`` (absent, unreadable or
+    corrupt: a corrupt file is named in a warning and translated again)."""
+    import pickle
+
+    path = _translation_file(key)
+    if path is None or not path.is_file():
+        return None
+    try:
+        result = pickle.loads(path.read_bytes())
+    except Exception as exc:  # a truncated or foreign file: translate again
+        logger.warning("ignoring the corrupt ALFWorld translation cache file %s (%s)", path, exc)
+        return None
+    if not isinstance(result, Translation):
+        return None
+    # textworld's propositions do not survive pickling (their variables lose what the state's
+    # queries match on): rebuild them from the task, exactly as a fresh translation does
+    return dataclasses.replace(result, init_facts=_init_propositions(result.task, result.name2type))
+
+
+def _store_translation(key: str, result: Translation) -> None:
+    """Keep a translation on disk (atomically; a read-only cache is skipped silently)."""
+    import pickle
+    import tempfile
+
+    path = _translation_file(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".partial-", delete=False) as fh:
+            fh.write(pickle.dumps(dataclasses.replace(result, init_facts=()), protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(fh.name, path)
+    except OSError as exc:
+        logger.debug("cannot keep the ALFWorld translation in %s: %s", path, exc)
+
+
+def translate(domain: str, problem: str) -> Translation:
+    """Ground a PDDL problem with fast-downward (both translations), memoised per process.
+
+    The result depends only on the two texts, so it is shared by every environment of the
+    process that plays the same game (sibling rollouts pay the translation once), and kept
+    on disk for later processes (:func:`translation_dir`; a pickle of 0.3-0.6 MB per game
+    loads in ~2 ms where translating takes 0.3-1 s).
+    """
+    key = _cache_key(domain, problem)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            _stats["hits"] += 1
+            return hit
+    result = _load_translation(key)
+    if result is None:
+        result = _translate(domain, problem)
+        _store_translation(key, result)
     with _cache_lock:
         _stats["misses"] += 1
         _cache[key] = result
@@ -359,6 +446,204 @@ class _InitialTexts:
     action_templates: tuple[str, ...]
     valid_commands: tuple[str, ...]
     admissible_commands: tuple[str, ...]
+    digest: str
+
+
+def facts_digest(facts: Any) -> str:
+    """sha1 of a fact state: its propositions' texts, sorted (order and path independent)."""
+    return hashlib.sha1("\n".join(sorted(map(str, facts))).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Transition:
+    """One memoised step: the game state ``PddlEnv.step`` produced (minus the operator
+    objects, which belong to the engine that made them), the operator applied (``None``:
+    nothing happened) and the digest of the next fact state."""
+
+    state: Mapping[str, Any]
+    op: int | None
+    digest: str
+
+
+class TransitionMemo:
+    """The process-wide memo of engine transitions (see the module doc), bounded.
+
+    Attributes:
+        hits / misses: steps answered from the memo / run by an engine.
+        replayed: operators applied to bring a lagging engine to its current state.
+
+    Example:
+        >>> memo = TransitionMemo(max_entries=1)
+        >>> memo.put(("game", "s0", "look"), "first")
+        >>> memo.put(("game", "s0", "inventory"), "second")   # full: cleared, then stored
+        >>> len(memo), memo.get(("game", "s0", "inventory"))
+        (1, 'second')
+    """
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = int(max_entries)
+        self.enabled = True
+        self._entries: dict[tuple[str, str, str], Any] = {}
+        self.hits = self.misses = self.replayed = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: tuple[str, str, str]) -> Any:
+        """The stored value of ``key`` or ``None``."""
+        return self._entries.get(key)
+
+    def put(self, key: tuple[str, str, str], value: Any) -> None:
+        """Store ``value`` (the table is emptied first when full: memory stays bounded)."""
+        with _cache_lock:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[key] = value
+
+    def clear(self) -> None:
+        """Forget every transition and zero the counters."""
+        with _cache_lock:
+            self._entries.clear()
+            self.hits = self.misses = self.replayed = 0
+
+    def stats(self) -> dict[str, float]:
+        """Counters and hit rate."""
+        total = self.hits + self.misses
+        return {"transition_hits": self.hits, "transition_misses": self.misses,
+                "transition_replayed": self.replayed, "transition_entries": len(self._entries),
+                "transition_hit_rate": self.hits / total if total else 0.0}
+
+
+_transitions = TransitionMemo()
+
+# ------------------------------------------------------------------------------------------
+# Memoised text derivations
+# ------------------------------------------------------------------------------------------
+
+#: Node types a grammar ``{...}`` expression may use to count as a pure read of its variables.
+_PURE_EXPR_NODES = ("Expression", "Name", "Load", "Attribute", "BoolOp", "Or", "And", "BinOp", "Add", "Constant")
+_LIST_SYMBOLS = ("list_empty", "list_separator", "list_last_separator")
+
+
+def _pure_expression(expression: str) -> bool:
+    """Whether an eval symbol only reads attributes of the context's variables."""
+    import ast
+
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if type(node).__name__ not in _PURE_EXPR_NODES:
+            return False
+        if isinstance(node, ast.Name) and node.id in ("context", "self"):
+            return False
+    return True
+
+
+def _query_predicates(expression: str) -> set[str]:
+    import textworld.logic
+
+    rule = textworld.logic.Rule.parse_conjunctive_query(expression)
+    return {p.name for p in rule.preconditions}
+
+
+def derivation_inputs(grammar: Any, start: str) -> frozenset[str] | None:
+    """The predicates whose facts a derivation of ``start`` can read, or ``None``.
+
+    A derivation reads the context's variables (the entity infos of the action's mapping),
+    the facts that its conditional symbols and its rules' conditions query, and nothing
+    else — unless an eval symbol runs more than attribute reads (``None``: not memoisable).
+    Every rule reachable from ``start`` counts, whichever one a state selects.
+    """
+    from textworld.envs.pddl import textgen
+
+    preds: set[str] = set()
+    seen: set[str] = set()
+    stack = list(textgen._parse_and_convert(start, rule_name="symbols"))
+    while stack:
+        sym = stack.pop()
+        if isinstance(sym, textgen.TerminalSymbol):
+            continue
+        if isinstance(sym, textgen.EvalSymbol):
+            if not _pure_expression(sym.expression):
+                return None
+        elif isinstance(sym, textgen.ConditionalSymbol):
+            if sym.given:
+                preds |= _query_predicates(sym.given)
+            stack.append(sym.expression)
+        elif isinstance(sym, textgen.ListSymbol):
+            stack.append(sym.symbol)
+            stack += [textgen.NonterminalSymbol(name) for name in _LIST_SYMBOLS]
+        elif isinstance(sym, textgen.NonterminalSymbol):
+            name = str(sym.symbol)
+            if name in seen:
+                continue
+            seen.add(name)
+            rules = grammar._rules.get(name)
+            if not rules:
+                return None  # the real derivation raises its own error
+            for rule in rules:
+                if rule.condition:
+                    preds |= _query_predicates(rule.condition)
+                stack += list(rule.rhs)
+        else:
+            return None
+    return frozenset(preds)
+
+
+class _MemoGrammar:
+    """A game's grammar whose ``derive`` is memoised by everything a derivation reads:
+    the game (its entity infos), the template, the action's mapping and the facts of the
+    predicates the template can query (:func:`derivation_inputs`).  A step derives the
+    text of every applicable command (25-40 in ALFWorld), and most are the same from one
+    step to the next ("go to" a receptacle queries only where receptacles are)."""
+
+    def __init__(self, grammar: Any, game_key: str) -> None:
+        self._grammar, self._game = grammar, game_key
+        self._inputs: dict[str, frozenset[str] | None] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grammar, name)
+
+    def derive(self, start: str, context: Mapping[str, Any] | None = None) -> str:
+        context = context or {}
+        if start not in self._inputs:
+            self._inputs[start] = derivation_inputs(self._grammar, start)
+        inputs = self._inputs[start]
+        state = context.get("state")
+        if inputs is None or state is None or not _transitions.enabled:
+            return self._grammar.derive(start, context)
+        facts = frozenset(f for sig, group in state._facts.items() if sig.name in inputs for f in group)
+        key = (self._game, start, frozenset(context.get("mapping", {}).items()), facts)
+        text = _derived.get(key)
+        if text is None:
+            text = self._grammar.derive(start, context)
+            with _cache_lock:
+                if len(_derived) >= _DERIVED_SIZE:
+                    _derived.clear()
+                _derived[key] = text
+        return text
+
+
+class _GameLogicView:
+    """A shared ``GameLogic`` seen through one game's :class:`_MemoGrammar`."""
+
+    def __init__(self, logic: Any, game_key: str) -> None:
+        self._base = logic
+        self.grammar = _MemoGrammar(logic.grammar, game_key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+
+_DERIVED_SIZE = 200_000
+_derived: dict[Any, str] = {}
+
+
+def transition_memo() -> TransitionMemo:
+    """The process-wide :class:`TransitionMemo` (``.enabled = False`` turns it off)."""
+    return _transitions
 
 
 _lib_pool: list[Any] = []
@@ -389,6 +674,10 @@ class _Restoring:
 
     _translation: Translation | None = None
     _initial_texts: _InitialTexts | None = None
+    use_memo: bool = True  # consult the process-wide TransitionMemo (see the module doc)
+    _path: tuple[int, ...] = ()  # operators applied since reset (the current state)
+    _real_path: tuple[int, ...] | None = ()  # operators the engine has applied (None: unknown)
+    _digest = ""
 
     def __init__(self, infos: Any = None) -> None:
         # PddlEnv.__init__ minus the unconditional load_lib(): a released copy of the
@@ -412,12 +701,15 @@ class _Restoring:
         self._game_data = None
         self._translation = None
         self._initial_texts = None
+        self.__dict__.pop("_memo_game_key", None)
+        self._digest = ""
         try:
             logic = game_logic(data["pddl_domain"], data["grammar"])
             translation = translate(data["pddl_domain"], data["pddl_problem"])
             state = _restored_state(self.downward_lib, data["pddl_problem"], logic, translation)
             self._logic, self._pddl_state = logic, state
             entity_infos = self._get_entity_infos()
+            self._base_logic = logic
         except GameFileError:
             raise
         except Exception as exc:  # tatsu parse errors, translator assertion errors, ...
@@ -426,6 +718,7 @@ class _Restoring:
                 f"({type(exc).__name__}: {exc})"
             ) from exc
         self._game_data, self._translation = data, translation
+        self._just_loaded = True
         self.walkthrough = data.get("walkthrough", None)
         self._entity_infos = entity_infos
 
@@ -433,14 +726,18 @@ class _Restoring:
         if self._translation is None or self._game_data is None:
             raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
         return _restored_state(
-            self.downward_lib, self._game_data["pddl_problem"], self._logic, self._translation
+            self.downward_lib, self._game_data["pddl_problem"], self._base_logic, self._translation
         )
 
     def reset(self) -> GameState:
         # Same sequence as PddlEnv.reset, with the kept grounding instead of a new one.
         from textworld.core import GameState
 
-        self._pddl_state = self._initial_state()
+        if not self.__dict__.pop("_just_loaded", False):  # load() has just built this state
+            self._pddl_state = self._initial_state()
+        if self.use_memo and not isinstance(self._logic, _GameLogicView):
+            # after load: the demangler has named the entities, so the game key is final
+            self._logic = _GameLogicView(self._base_logic, self._memo_game)
         self.prev_state = None
         self.state = GameState()
         self._last_action = None
@@ -460,7 +757,68 @@ class _Restoring:
             self.state["extra.walkthrough"] = self.walkthrough or self._pddl_state.replan(
                 self._entity_infos
             )
+        self._path, self._real_path = (), ()
+        self._digest = self._initial_texts.digest if self._initial_texts else ""
         return self.state
+
+    def step(self, command: str) -> tuple[Any, int, bool]:
+        """``PddlEnv.step``, answered from the transition memo when it knows (module doc)."""
+        from textworld.core import GameState
+
+        self.__dict__.pop("_just_loaded", None)
+        if not self.use_memo or not _transitions.enabled or not self._digest:
+            self._catch_up()
+            self._digest = ""  # the rest of this episode runs on the engine alone
+            return super().step(command)
+        key = (self._memo_game, self._digest, command.strip())
+        hit = _transitions.get(key)
+        if hit is None:
+            _transitions.misses += 1
+            self._catch_up()
+            state, _score, _done = super().step(command)
+            op = None if self._last_action is None else int(self._last_action.id)
+            digest = self._digest if op is None else facts_digest(state["_facts"])
+            kept = {k: v for k, v in state.items() if k not in ("_valid_actions", "_entity_infos")}
+            hit = _Transition(kept, op, digest)
+            _transitions.put(key, hit)
+            self._real_path = self._path + ((op,) if op is not None else ())
+        else:
+            _transitions.hits += 1
+            self.prev_state = self.state
+            self.state = GameState(hit.state)
+            self.state["_entity_infos"] = dict(self._entity_infos)
+        if hit.op is not None:
+            self._path += (hit.op,)
+        self._digest = hit.digest
+        return self.state, self.state["score"], self.state["done"]
+
+    @property
+    def _memo_game(self) -> str:
+        """The game part of a transition key (domain, grammar, problem and entity names)."""
+        key = self.__dict__.get("_memo_game_key")
+        if key is None:
+            key = self.__dict__["_memo_game_key"] = self._initial_texts_key()
+        return key
+
+    def _catch_up(self) -> None:
+        """Bring a lagging engine to the current state: restore the initial state (unless
+        the engine is on the way), apply the missing operators, rebuild the operator objects
+        the next ``PddlEnv.step`` looks up (the memo keeps texts, not engine objects)."""
+        real = self._real_path
+        if real != self._path:
+            if real is None or real != self._path[: len(real)]:
+                self._pddl_state = self._initial_state()
+                real = ()
+            for op in self._path[len(real):]:
+                actions = self._pddl_state.all_applicable_actions()
+                self._pddl_state.apply(next(a for a in actions if a.id == op))
+                _transitions.replayed += 1
+            self._real_path = self._path
+        if "_valid_actions" not in self.state:
+            actions = self._pddl_state.all_applicable_actions()
+            if len(actions) != len(self.state["_valid_commands"]):  # pragma: no cover - defensive
+                raise RuntimeError("ALFWorld transition memo: the engine's operators do not match the stored state")
+            self.state["_valid_actions"] = actions
 
     def _initial_texts_key(self) -> str:
         """Key of the initial texts, shared by every engine of the process playing this game
@@ -490,6 +848,7 @@ class _Restoring:
             action_templates=tuple(a.command_template for a in self.state["_valid_actions"]),
             valid_commands=tuple(self.state["_valid_commands"]),
             admissible_commands=tuple(self.state["admissible_commands"]),
+            digest=facts_digest(self.state["_facts"]),
         )
         _lru_put(_texts_cache, texts_key, self._initial_texts)
 

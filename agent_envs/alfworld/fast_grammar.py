@@ -6,16 +6,24 @@ admissible command, and every derivation re-parses the same template strings wit
 (``textgen._parse_and_convert`` and ``Rule.parse_conjunctive_query``), then deep-copies
 symbols together with a context that holds the whole PDDL state (``Symbol.copy``).
 
-:func:`enable` patches three pure spots, process-wide:
+:func:`enable` patches four pure spots, process-wide:
 
 * ``textgen._parse_and_convert`` — memoised by its arguments; each call gets a deep copy of
   the cached, context-free parse (callers mutate the symbols they get);
 * ``Rule.parse_conjunctive_query`` — memoised by the expression (the rule is only read);
 * ``Symbol.copy`` — deep-copies the symbol *without* its old context, which the copy
-  replaces straight away anyway.
+  replaces straight away anyway;
+* ``textgen.copy_context`` — copies a derivation context's ``variables`` and ``mapping``
+  dicts instead of deep-copying them.  The derivation only ever adds keys to those dicts
+  (``query`` updates them); their values — the game's ``EntityInfo`` objects and
+  ``textworld.logic`` placeholders/variables — are only read (the grammar's ``{...}``
+  expressions read attributes such as ``o.name``), so sharing them gives the same texts.
+  Deep-copying them was about 60 % of a patched step.
 
 Outputs are unchanged (``tests/test_alfworld_fast_grammar.py`` compares whole episodes, in
-separate processes, with and without it); steps are about 2-3x faster.
+separate processes, with and without it); the first three patches make steps about 2-3x faster, the fourth
+about 2x faster again (random play on 12 generated games, 1,080 steps, one process each:
+17.9 ms of CPU per step with the first three, 8.0 ms with all four, the same outputs).
 ``ALFWorld-Rubric-v0`` enables it when it is made (``fast_grammar=True``, the default); pass
 ``fast_grammar=False`` in a fresh process to run TextWorld untouched (a patch, once made,
 stays for the life of the process).
@@ -89,9 +97,19 @@ def enable() -> bool:
         clone.context = textgen.copy_context(context)
         return clone
 
+    def shallow_context(context: Any) -> dict[str, Any]:
+        return {
+            "state": context["state"],
+            "facts": context["facts"],
+            "variables": dict(context["variables"]),
+            "mapping": dict(context["mapping"]),
+            "entity_infos": context["entity_infos"],
+        }
+
     textgen._parse_and_convert = cached_parse
     tw_logic.Rule.parse_conjunctive_query = classmethod(cached_query)
     textgen.Symbol.copy = copy_without_context
+    textgen.copy_context = shallow_context
     _ENABLED = True
     log.info("TextWorld grammar memoisation enabled")
     return True

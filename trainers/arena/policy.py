@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchEval", "Decision", "Featurizer", "LinearSoftmaxPolicy", "segment_softmax"]
+__all__ = ["BatchEval", "Decision", "Featurizer", "LinearSoftmaxPolicy", "action_noise", "segment_softmax"]
 
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
@@ -519,6 +519,32 @@ class BatchEval:
         return np.add.reduceat(p_old * (old_logp_all - self.logp_all), self.starts)
 
 
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, elementwise on uint64 (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def action_noise(key: int, actions: Sequence[str]) -> np.ndarray:
+    """Standard Gumbel noise per action, a pure function of ``key`` and each action's text.
+
+    Example:
+        >>> a = action_noise(3, ["look", "inventory"])
+        >>> b = action_noise(3, ["inventory", "look"])
+        >>> bool(a[0] == b[1] and a[1] == b[0]), bool(action_noise(4, ["look"])[0] != a[0])
+        (True, True)
+    """
+    texts = np.array([zlib.crc32(a.encode("utf-8")) for a in actions], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix64(_mix64(np.full(len(actions), int(key) & _MASK64, dtype=np.uint64)) ^ _mix64(texts))
+    u = ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+    return -np.log(-np.log(u))
+
+
 class LinearSoftmaxPolicy:
     """π(a | decision) = softmax over admissible actions of ``θ·φ(a) / temperature``.
 
@@ -570,6 +596,29 @@ class LinearSoftmaxPolicy:
         cdf = np.cumsum(np.exp(logp))
         k = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
         k = min(k, decision.n_actions - 1)
+        return k, float(logp[k])
+
+    def sample_coupled(
+        self, decision: Decision, key: int, temperature: float = 1.0
+    ) -> tuple[int, float]:
+        """Sample by the Gumbel-max trick with noise tied to each action's *text*.
+
+        Returns ``(index, log π(index))`` at ``temperature``.  Action a gets the Gumbel noise
+        ``g(key, a)`` (:func:`action_noise`), and the choice is ``argmax_a s_a / T + g(key, a)``
+        — an exact draw from ``softmax(s / T)``.  Two policies that face the same decision
+        with the same ``key`` see the same noise on the same actions, whatever order the
+        actions come in, so their choices differ only where their scores disagree enough:
+        common random numbers that survive a divergence elsewhere in the episode.
+
+        Example:
+            >>> d = Featurizer(2**10).decision(goal="g", task_type="t", observation="o",
+            ...                                actions=["look", "inventory", "go to desk 1"])
+            >>> pol = LinearSoftmaxPolicy(2**10)
+            >>> pol.sample_coupled(d, key=7) == pol.sample_coupled(d, key=7)
+            True
+        """
+        logp = self.log_probabilities(decision, temperature)
+        k = int(np.argmax(logp + action_noise(key, decision.actions)))
         return k, float(logp[k])
 
     def evaluate(self, decisions: Sequence[Decision], chosen: Sequence[int]) -> BatchEval:

@@ -55,7 +55,7 @@ from agent_envs.trajectory import Trajectory
 from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
 from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
-from trainers.arena.variants import MethodSpec, resolve_method
+from trainers.arena.variants import MethodSpec, degrade_advantages, resolve_method
 from trainers.metrics import arena_record, upgrade_record
 from trainers.typed_cli import YamlDict
 from trainers.update_rule import AdvantageScaler, UpdateRuleConfig, trust_region_update
@@ -187,6 +187,10 @@ class ArenaConfig:
             rescaling control: with ``adv_norm="running_rms"`` it must change nothing).
         rl: ``False`` skips every policy update (rollouts, credit and validation still run):
             the control run of a learning claim.
+        sampling: How actions are drawn: coupled (Gumbel-max with noise keyed by episode, step and
+            action text: common random numbers that survive divergence, so paired runs differ
+            where their policies do) or sequential (one uniform per decision, inverse CDF; the
+            arena before session 8).  Both draw exactly from the softmax.
         temperature: Rollout temperature (SPEC §5: 1.0).
         eval_temperature: Validation temperature (SPEC §6: 0.4).
         max_steps: Episode horizon (``None``: the preset's).
@@ -232,6 +236,7 @@ class ArenaConfig:
     adv_norm: Literal["running_rms", "none"] = "running_rms"
     adv_scale: float = 1.0
     rl: bool = True
+    sampling: Literal["coupled", "sequential"] = "coupled"
     temperature: float = 1.0
     eval_temperature: float = 0.4
     max_steps: int | None = None
@@ -447,6 +452,11 @@ class ArenaPolicy:
         featurizer: Feature extractor matching the policy.
         temperature: Sampling temperature.
         rng: The generator of episode ``(group, slot)``.
+        coupled: Draw each decision by :meth:`~trainers.arena.policy.LinearSoftmaxPolicy.sample_coupled`
+            with a key from the episode's generator and the step index (common random numbers
+            that survive divergence: the same episode of another method, or of the same
+            method after an update, meets the same noise on the same actions); ``False``:
+            one uniform draw per decision from the episode's generator (inverse CDF).
 
     Attributes:
         records: ``(group, slot)`` -> the episode's decision records (:class:`DecisionRecord`),
@@ -464,8 +474,10 @@ class ArenaPolicy:
     """
 
     def __init__(self, policy: LinearSoftmaxPolicy, featurizer: Featurizer, *, temperature: float,
-                 rng: Callable[[int, int], np.random.Generator]) -> None:
+                 rng: Callable[[int, int], np.random.Generator], coupled: bool = False) -> None:
         self.policy, self.featurizer, self.temperature, self.rng = policy, featurizer, temperature, rng
+        self.coupled = coupled
+        self._keys: dict[tuple[int, int], int] = {}
         self.records: dict[tuple[int, int], list[DecisionRecord]] = {}
         self.task_types: dict[tuple[int, int], str] = {}
         self._tasks: dict[tuple[int, int], Mapping[str, Any]] = {}
@@ -480,6 +492,8 @@ class ArenaPolicy:
             task = turn.info.get("task") or {}
             self._tasks[key], self._rngs[key], self.records[key] = task, self.rng(*key), []
             self.task_types[key] = str(task.get("type", "-"))
+            if self.coupled:
+                self._keys[key] = int(self._rngs[key].integers(1 << 62))
         task = self._tasks[key]
         goal = str(task.get("goal", ""))
         actions = expand_actions(turn.info.get("admissible_actions") or [], goal)
@@ -489,7 +503,10 @@ class ArenaPolicy:
             goal=goal, task_type=self.task_types[key], observation=str(turn.observation), actions=actions,
             rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history], task=task,
         )
-        k, logp_t = self.policy.sample(decision, self._rngs[key], self.temperature)
+        if self.coupled:  # the noise of decision t: a function of the episode's key, t and each action
+            k, logp_t = self.policy.sample_coupled(decision, self._keys[key] * 1_000_003 + turn.t, self.temperature)
+        else:
+            k, logp_t = self.policy.sample(decision, self._rngs[key], self.temperature)
         # log π_old at temperature 1 (the objective's ratio is at temperature 1)
         old_logp = float(self.policy.log_probabilities(decision)[k]) if self.temperature != 1.0 else logp_t
         self.records[key].append(DecisionRecord(decision, k, old_logp))
@@ -723,7 +740,7 @@ def _evaluate(
     per_type: dict[str, list[float]] = defaultdict(list)
     for start in range(0, len(val_set), cfg.group_size):
         chunk = list(val_set[start : start + cfg.group_size])
-        arena = ArenaPolicy(policy, featurizer, temperature=cfg.eval_temperature,
+        arena = ArenaPolicy(policy, featurizer, temperature=cfg.eval_temperature, coupled=cfg.sampling == "coupled",
                             rng=lambda g, _slot, start=start: _rng(seed, 1_000_003, update, start + g))
         groups = play_groups(envs, arena, chunk, range(start, start + len(chunk)), split=val_split, group_size=1)
         for g, (traj,) in enumerate(groups):
@@ -768,7 +785,7 @@ def _play_groups(
     group_records: list[list[list[DecisionRecord]]] = []
     invalid = 0
     for pick, task in zip(picks, tasks):
-        arena = ArenaPolicy(policy, featurizer, temperature=cfg.temperature,
+        arena = ArenaPolicy(policy, featurizer, temperature=cfg.temperature, coupled=cfg.sampling == "coupled",
                             rng=lambda _g, slot, pick=pick: _rng(seed, update, pick, slot))
         (group,) = play_groups(envs, arena, [task], [pick], split=cfg.preset.train_split, group_size=cfg.group_size)
         groups.append(group)
@@ -779,10 +796,11 @@ def _play_groups(
 
 def _credit_rows(
     groups: Sequence[Sequence[Trajectory]], group_records: Sequence[Sequence[list[DecisionRecord]]],
-    results: Sequence[Any], scale: float,
+    results: Sequence[Any], scale: float, spec: MethodSpec | None = None, rng: np.random.Generator | None = None,
 ) -> tuple[list[DecisionRecord], np.ndarray, list[tuple[int, int, float]]]:
-    """Flatten the decision rows with their advantages (times ``scale``) and map MCGPO
-    preferences (trajectory, step) -> row ids: (records, advantages, pairs)."""
+    """Flatten the decision rows with their advantages (times ``scale``, then degraded by the
+    method's calibration controls, :func:`~trainers.arena.variants.degrade_advantages`) and map
+    MCGPO preferences (trajectory, step) -> row ids: (records, advantages, pairs)."""
     records: list[DecisionRecord] = []
     adv_parts: list[np.ndarray] = []
     pairs: list[tuple[int, int, float]] = []
@@ -795,6 +813,8 @@ def _credit_rows(
         for pref in res.pairs:
             (pi, pt), (ni, nt) = pref.preferred, pref.rejected
             pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
+    if spec is not None and spec.degrade:
+        adv_parts = degrade_advantages(adv_parts, spec.degrade, rng if rng is not None else np.random.default_rng(0))
     advantages = scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
     return records, advantages, pairs
 
@@ -897,10 +917,11 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
             t1 = time.perf_counter()
             results = estimator(groups)
             t2 = time.perf_counter()
-            records, advantages, pairs = _credit_rows(groups, group_records, results, cfg.adv_scale * spec.adv_scale)
+            records, advantages, pairs = _credit_rows(groups, group_records, results, cfg.adv_scale * spec.adv_scale,
+                                                      spec, _rng(seed, update, 55))
             scaled = scaler.normalize(advantages)
             loss_stats: dict[str, float] = {}
-            if cfg.rl:
+            if cfg.rl and spec.rl:
                 loss_stats = update_policy(
                     policy, reference, records, scaled, pairs, objective, rule,
                     lr=cfg.lr, minibatch=cfg.minibatch, rng=_rng(seed, update, 99),

@@ -30,6 +30,19 @@ Ablations [MCGPO §4.3, Table 2; SCPO §4.4; MileGPO Table 5]:
                               ``grpo:x2``): the update rule's rescaling control
 ============================  =========================================================
 
+Calibration controls (:data:`CONTROLS`; any estimator takes them): credit made worse on
+purpose, so that a comparison shows the smallest credit loss its setting resolves.
+
+============================  =========================================================
+``<any>:shuffle<k>``          k % of the update's rows (drawn at random) have their
+                              advantages permuted among themselves, across the batch:
+                              that share of the credit becomes noise of the same size
+``<any>:step_shuffle``        each trajectory's advantages permuted among its own steps:
+                              step-level credit destroyed, episode-level credit kept
+``<any>:no_rl``               the policy is never updated (rollouts, credit and
+                              validation still run): the same run as ``--no-rl``
+============================  =========================================================
+
 Example:
     >>> m = resolve_method("mcgpo:uniform_weights", "alfworld")
     >>> m.estimator, m.params["weighting"], m.params["gamma"]
@@ -48,12 +61,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = [
+    "CONTROLS",
     "ENV_FAMILIES",
     "ESTIMATORS",
     "VARIANTS",
     "MethodSpec",
     "available_methods",
+    "degrade_advantages",
     "estimator_defaults",
     "resolve_method",
 ]
@@ -83,6 +100,15 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any], str]]] = {
         "no_pcc": ({"pcc": False}, {}, "without path-contrast calibration"),
         "no_pcc_rcs": ({"pcc": False, "rcs": False}, {}, "without PCC and reward-contrast shaping"),
     },
+}
+
+
+#: The built-in calibration controls: method -> (the method it degrades, what it does).
+CONTROLS: dict[str, tuple[str, str]] = {
+    "grpo:shuffle15": ("grpo", "15% of GRPO's rows' advantages permuted within the batch"),
+    "grpo:shuffle50": ("grpo", "50% of GRPO's rows' advantages permuted within the batch"),
+    "gigpo:step_shuffle": ("gigpo", "GiGPO's advantages permuted among the steps of each trajectory"),
+    "grpo:no_rl": ("grpo", "never updated (the --no-rl control)"),
 }
 
 
@@ -117,6 +143,9 @@ class MethodSpec:
         params: Keyword parameters for :func:`wrappers.credit.get_estimator`.
         objective: Overrides of :class:`~trainers.arena.objective.ObjectiveConfig` fields.
         adv_scale: Factor applied to every advantage (``:x<k>`` variants).
+        degrade: Calibration transforms of the advantages, in order: ``("shuffle", share)``
+            or ``("step_shuffle", 0.0)`` (:func:`degrade_advantages`).
+        rl: ``False`` for ``:no_rl`` (the policy is never updated).
     """
 
     label: str
@@ -125,6 +154,8 @@ class MethodSpec:
     params: dict[str, Any] = field(default_factory=dict)
     objective: dict[str, Any] = field(default_factory=dict)
     adv_scale: float = 1.0
+    degrade: tuple[tuple[str, float], ...] = ()
+    rl: bool = True
 
     def build(self) -> Any:
         """The estimator object (:func:`wrappers.credit.get_estimator`).
@@ -168,13 +199,21 @@ def resolve_method(
     objective: dict[str, Any] = {}
     variants: list[str] = []
     scale = 1.0
+    degrade: list[tuple[str, float]] = []
+    rl = True
     if rest:
         table = VARIANTS.get(name, {})
         for v in rest.split("+"):
             v = v.strip()
             factor = _scale_variant(v)
+            control = _control_variant(v)
             if factor is not None:
                 scale *= factor
+            elif v == "no_rl":
+                rl = False
+            elif control is not None:
+                degrade.append(control)
+            if factor is not None or control is not None or v == "no_rl":
                 variants.append(v)
                 continue
             if v not in table:
@@ -186,7 +225,7 @@ def resolve_method(
             variants.append(v)
     if extra_params:
         params.update(extra_params)
-    spec = MethodSpec(method.strip(), name, tuple(variants), params, objective, scale)
+    spec = MethodSpec(method.strip(), name, tuple(variants), params, objective, scale, tuple(degrade), rl)
     _check_params(spec)
     return spec
 
@@ -203,6 +242,56 @@ def _scale_variant(variant: str) -> float | None:
     if k <= 0:
         raise ValueError(f"advantage scale variant {variant!r} needs k > 0")
     return k
+
+
+_SHUFFLE = re.compile(r"^shuffle(\d+)$")
+
+
+def _control_variant(variant: str) -> tuple[str, float] | None:
+    """``shuffle<k>`` -> ("shuffle", k/100); ``step_shuffle`` -> ("step_shuffle", 0); else None."""
+    if variant == "step_shuffle":
+        return ("step_shuffle", 0.0)
+    m = _SHUFFLE.match(variant)
+    if m is None:
+        return None
+    k = int(m.group(1))
+    if not 0 < k <= 100:
+        raise ValueError(f"control variant {variant!r} needs 0 < k <= 100 (a percentage of rows)")
+    return ("shuffle", k / 100.0)
+
+
+def degrade_advantages(
+    parts: list[np.ndarray], degrade: tuple[tuple[str, float], ...], rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Apply a method's calibration controls to one update's per-trajectory advantages.
+
+    ``("shuffle", s)``: round(s·n) of the n rows, drawn at random, swap advantages by a random
+    permutation among themselves; ``("step_shuffle", _)``: every trajectory's advantages are
+    permuted among its own steps.  Inputs are not modified.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> parts = [np.array([1.0, 2.0, 3.0]), np.array([-1.0, -1.0])]
+        >>> out = degrade_advantages(parts, (("step_shuffle", 0.0),), rng)
+        >>> [sorted(p.tolist()) for p in out]          # each trajectory keeps its values
+        [[1.0, 2.0, 3.0], [-1.0, -1.0]]
+        >>> flat = np.concatenate(degrade_advantages(parts, (("shuffle", 1.0),), rng))
+        >>> sorted(flat.tolist()) == sorted(np.concatenate(parts).tolist())   # the batch keeps its values
+        True
+    """
+    out = [np.array(p, dtype=np.float64, copy=True) for p in parts]
+    for kind, share in degrade:
+        if kind == "step_shuffle":
+            out = [rng.permutation(p) for p in out]
+            continue
+        flat = np.concatenate(out) if out else np.zeros(0)
+        m = int(round(share * flat.size))
+        if m >= 2:
+            rows = rng.choice(flat.size, size=m, replace=False)
+            flat[rows] = flat[rng.permutation(rows)]
+        bounds = np.cumsum([len(p) for p in out])[:-1]
+        out = list(np.split(flat, bounds))
+    return out
 
 
 def _check_params(spec: MethodSpec) -> None:
@@ -225,4 +314,4 @@ def available_methods() -> list[str]:
     out = list(ESTIMATORS)
     for est, table in VARIANTS.items():
         out += [f"{est}:{v}" for v in table]
-    return out
+    return out + list(CONTROLS)
