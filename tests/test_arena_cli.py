@@ -32,6 +32,17 @@ def test_arena_cli_prints_the_mde_and_rescaled_advantages_train_identically(tmp_
         rms[m] = [r["opt/adv_rms"] for r in recs if r["phase"] == "train"]
     assert any(x > 0 for x in rms["rloo"])
     assert rms["rloo:x4"] == pytest.approx([4 * x for x in rms["rloo"]], rel=1e-12)
+    # equal runs prove the units only if the updates moved the policy: rloo:no_rl (never
+    # updated, the same draws) must play other episodes than rloo after the first update
+    frozen = tmp_path / "frozen"
+    result = CliRunner().invoke(app, [*args[:args.index("--variants")], "--variants", "rloo:no_rl",
+                                      *args[args.index("--seeds"):-1], str(frozen)])
+    assert result.exit_code == 0, result.output
+    steps = {}
+    for m, folder in (("rloo", out), ("rloo:no_rl", frozen)):
+        recs = [json.loads(line) for line in (folder / "runs" / f"{m}__seed0" / "metrics.jsonl").open()]
+        steps[m] = [r["train/mean_steps"] for r in recs if r["phase"] == "train"]
+    assert steps["rloo"][0] == steps["rloo:no_rl"][0] and steps["rloo"][1:] != steps["rloo:no_rl"][1:]
 
 
 @pytest.mark.slow

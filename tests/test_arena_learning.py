@@ -89,6 +89,12 @@ def test_rescaling_every_advantage_changes_nothing(tmp_path: Path) -> None:
     ref = runs[1.0]
     trains = [r for r in ref if r["phase"] == "train"]
     assert any(r["opt/delta_norm"] > 0 for r in trains)  # the updates did move the policy
+    # ... and the policy's behaviour: the same run without updates plays other episodes
+    # (equal runs would prove nothing if the update rule did nothing at all)
+    run_one(ArenaConfig.for_env("webshop", **base, rl=False), "rloo", 0, tmp_path / "no_rl")
+    frozen = [r for r in _records(tmp_path / "no_rl" / "runs" / "rloo__seed0" / "metrics.jsonl") if r["phase"] == "train"]
+    assert trains[0]["train/mean_steps"] == frozen[0]["train/mean_steps"]  # the same start
+    assert [r["train/mean_steps"] for r in trains[1:]] != [r["train/mean_steps"] for r in frozen[1:]]
     for scale in (0.5, 2.0):
         other = runs[scale]
         assert [r["success"] for r in other if r["phase"] == "eval"] == [r["success"] for r in ref if r["phase"] == "eval"]

@@ -51,11 +51,13 @@ def parse_arena_args(args: list[str]) -> ArenaCommand:
     from the defaults of the ``--env`` given (``ArenaConfig.for_env``).  Raises ``ValueError``
     for a bad setting, ``SystemExit`` for ``--help`` and for flags tyro rejects.
     """
-    from trainers.arena.command import ArenaCommand
-    from trainers.arena.runner import ArenaConfig
+    from trainers.arena.command import ALL_ESTIMATORS, ArenaCommand
+    from trainers.arena.runner import DEFAULT_METHODS, ArenaConfig
     from trainers.typed_cli import parse
 
-    default = ArenaCommand(setting=ArenaConfig.for_env(_env_of(args)))
+    env = _env_of(args)
+    estimators, variants = DEFAULT_METHODS.get(env, (ALL_ESTIMATORS, ""))
+    default = ArenaCommand(setting=ArenaConfig.for_env(env), estimators=estimators, variants=variants)
     return parse(ArenaCommand, default, args, prog="rubricgym arena")
 
 
@@ -102,13 +104,18 @@ def arena(ctx: typer.Context) -> None:
 def _print_methods(console: Console) -> None:
     """``--list``: the environments, estimators and variants."""
     from trainers.arena.runner import ENV_PRESETS
-    from trainers.arena.variants import ESTIMATORS, VARIANTS
+    from trainers.arena.variants import CONTROLS, ESTIMATORS, VARIANTS
 
-    console.print("environments: " + ", ".join(ENV_PRESETS))
-    console.print("estimators: " + ", ".join(ESTIMATORS))
+    console.print("environments: " + ", ".join(ENV_PRESETS), soft_wrap=True)
+    console.print("estimators: " + ", ".join(ESTIMATORS), soft_wrap=True)
+    console.print("ablations:")
     for est, table in VARIANTS.items():
         for name, (_, _, desc) in table.items():
-            console.print(f"  {est}:{name} — {desc}")
+            console.print(f"  {est}:{name} — {desc}", soft_wrap=True)
+    console.print("calibration controls (any estimator takes :shuffle<k>, :step_shuffle, :no_rl):")
+    for method, (_parent, desc) in CONTROLS.items():
+        console.print(f"  {method} — {desc}", soft_wrap=True)
+    console.print("  --no-rl — the whole setting without policy updates (every method)", soft_wrap=True)
 
 
 def _redraw_report(console: Console, output_dir: Path, baseline: str | None) -> None:

@@ -400,8 +400,35 @@ def summarize(runs: Sequence[RunInfo], baseline: str | None = None,
                 mean, sd, lo, hi = paired_interval(diffs)
                 pair[key] = {"mean": mean, "sd": sd, "lo": lo, "hi": hi, "n": len(shared), "mde": mde(sd, len(shared))}
             out["paired"][labels[(sid, m)]] = pair
+        out.setdefault("calibration", {}).update(_calibration(sid, by_method, labels))
+    out.setdefault("calibration", {})
     if len(out["settings"]) == 1:
         out["baseline"] = next(iter(out["settings"].values()))["baseline"]
+    return out
+
+
+#: Variants that degrade a method on purpose (the arena's calibration controls).
+CONTROL_VARIANT = re.compile(r"^(shuffle\d+|step_shuffle|no_rl)$")
+
+
+def _calibration(sid: str, by_method: Mapping[str, Mapping[int, RunInfo]],
+                 labels: Mapping[tuple[str, str], str]) -> dict[str, Any]:
+    """Each control ``<method>:<control>`` of a setting against its ``<method>`` over their
+    shared seeds: the paired difference of L5 and whether the setting resolves the loss (the
+    95% interval lies wholly below 0)."""
+    out: dict[str, Any] = {}
+    for m in sorted(by_method):
+        parent, _, variant = m.rpartition(":")
+        if not parent or not CONTROL_VARIANT.match(variant) or parent not in by_method:
+            continue
+        shared = sorted(set(by_method[parent]) & set(by_method[m]))
+        if len(shared) < 2:
+            continue
+        diffs = [by_method[m][s]["readouts"]["L5"] - by_method[parent][s]["readouts"]["L5"] for s in shared]
+        mean, sd, lo, hi = paired_interval(diffs)
+        out[labels[(sid, m)]] = {"setting": sid, "parent": labels[(sid, parent)], "mean": mean, "sd": sd,
+                                 "lo": lo, "hi": hi, "n": len(shared), "mde": mde(sd, len(shared)),
+                                 "resolved": bool(hi < 0)}
     return out
 
 
@@ -468,6 +495,7 @@ def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | No
                 f"| {_pct(a['sd'])} | {_pct(a['mde'])} | {_signed(b['mean'])} | [{_signed(b['lo'])}, {_signed(b['hi'])}] "
                 f"| {_pct(b['mde'])} | {a['n']} |"
             )
+    lines += _calibration_lines(summary.get("calibration") or {})
     lines += ["", ("Settings (source, env and the whole configuration apart from method and seed; runs pair "
                   "only within one):"), ""]
     for sid, st in summary["settings"].items():
@@ -484,6 +512,28 @@ def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | No
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
     return text
+
+
+def _calibration_lines(calibration: Mapping[str, Any]) -> list[str]:
+    """The calibration table: which degraded controls this setting resolves from their parent."""
+    if not calibration:
+        return []
+    lines = [
+        "",
+        ("Calibration (controls degraded on purpose, each paired with the method it degrades; resolved = the "
+         "95% interval of Δ L5 lies wholly below 0, i.e. this setting can see that loss of credit):"),
+        "",
+        "| control | vs | Δ L5 | 95% CI | SD | MDE | n | resolved |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, c in calibration.items():
+        lines.append(f"| {label} | {c['parent']} | {_signed(c['mean'])} | [{_signed(c['lo'])}, {_signed(c['hi'])}] "
+                     f"| {_pct(c['sd'])} | {_pct(c['mde'])} | {c['n']} | {'yes' if c['resolved'] else 'no'} |")
+    missed = [label for label, c in calibration.items() if not c["resolved"]]
+    if missed:
+        lines += ["", "Not resolved here: " + ", ".join(missed) + " — a loss of credit of that kind and size is "
+                  "invisible to this setting, so a null result between estimators of that kind says nothing."]
+    return lines
 
 
 # ------------------------------------------------------------------------------- plots

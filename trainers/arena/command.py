@@ -36,9 +36,11 @@ class ArenaCommand:
 
     Attributes:
         setting: The arena setting.
-        estimators: Comma-separated estimators ('all' for the seven).
-        variants: Comma-separated ablations as estimator:variant, e.g.
-            mcgpo:same_fold,mcgpo:no_pair_loss ('all' for every one; --list shows them).
+        estimators: Comma-separated estimators ('all' for the seven); default: the env's
+            (alfworld-generated: grpo,rloo,gigpo,graphgpo,mcgpo; others: the seven).
+        variants: Comma-separated ablations and calibration controls as estimator:variant, e.g.
+            mcgpo:same_fold,grpo:shuffle15 ('all' for every one; --list shows them); default: the
+            env's (alfworld-generated: the four calibration controls; others: none).
         seeds: Seeds: a count (3 -> 0,1,2), a list (0,1,2) or a range (0-2); default: the
             setting's (enough seeds for its documented minimum detectable difference).
         baseline: Method for paired differences (default: the first).

@@ -61,6 +61,7 @@ from trainers.typed_cli import YamlDict
 from trainers.update_rule import AdvantageScaler, UpdateRuleConfig, trust_region_update
 
 __all__ = [
+    "DEFAULT_METHODS",
     "DEFAULT_SEEDS",
     "ENV_PRESETS",
     "ArenaConfig",
@@ -153,6 +154,14 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "webshop-generated": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "memo": False},
 }
 
+
+#: ``(--estimators, --variants)`` of ``rubricgym arena --env E`` without them (others: the
+#: seven estimators, no variants).  On ALFWorld the default comparison is the five estimators
+#: of the powered comparison with the calibration controls beside them (docs/arena.md); MileGPO
+#: and SCPO are the second command, into the same folder.
+DEFAULT_METHODS: dict[str, tuple[str, str]] = {
+    "alfworld-generated": ("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle,grpo:shuffle15,grpo:shuffle50,grpo:no_rl"),
+}
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).

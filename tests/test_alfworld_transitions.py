@@ -1,0 +1,130 @@
+"""The engine's speed aids change time, never results.
+
+* The transition memo (:class:`agent_envs.alfworld.engine.TransitionMemo`) and the memoised
+  derivations: episodes that revisit states through different action histories (siblings of
+  one game, a small action menu) are identical, step by step, with the memo on and off, and
+  the memo did answer steps and the lagging engine did catch up by replaying operators.
+* The translations kept on disk: a process that loads them plays the episodes a process
+  that translates plays; a corrupt cache file is ignored with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("textworld", reason="needs the ALFWorld engine: pip install -e '.[alfworld]'")
+
+import gymnasium as gym  # noqa: E402
+
+import agent_envs  # noqa: E402,F401
+from agent_envs.alfworld import engine  # noqa: E402
+
+
+def _canon(value: object) -> str:
+    """JSON with sets sorted (frozensets print in hash order)."""
+    return json.dumps(value, sort_keys=True,
+                      default=lambda o: sorted(map(str, o)) if isinstance(o, (set, frozenset)) else str(o))
+
+
+def _play(env: gym.Env, tasks: list[int], episodes: int, steps: int) -> list[str]:
+    """Random episodes over a small action menu (the first four admissible actions, so
+    histories differ but states recur), recorded in full."""
+    trace = []
+    for task in tasks:
+        rng = np.random.default_rng(task)
+        for _ in range(episodes):
+            obs, info = env.reset(seed=task, options={"task": task})
+            trace.append(_canon([obs, info]))
+            for _ in range(steps):
+                menu = info["admissible_actions"][:4]
+                obs, r, term, trunc, info = env.step(menu[int(rng.integers(len(menu)))])
+                trace.append(_canon([obs, r, term, trunc, info]))
+                if term or trunc:
+                    break
+    return trace
+
+
+@pytest.mark.slow
+def test_transition_memo_plays_identical_episodes() -> None:
+    memo = engine.transition_memo()
+    env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=12)
+    try:
+        memo.enabled = False
+        direct = _play(env, [0, 7, 13], episodes=4, steps=12)
+        memo.enabled = True
+        memo.clear()
+        memoised = _play(env, [0, 7, 13], episodes=4, steps=12)
+        stats = memo.stats()
+    finally:
+        memo.enabled = True
+        env.close()
+    assert len(direct) > 100
+    assert memoised == direct
+    # the memo answered steps, and steps after a hit made the lagging engine replay
+    assert stats["transition_hits"] > 20 and stats["transition_replayed"] > 5
+
+
+def test_derivation_inputs_name_what_a_template_queries() -> None:
+    env = gym.make("ALFWorld-Rubric-v0", split="generated")
+    env.reset(seed=0, options={"task": 0})
+    inner = env.unwrapped._engine
+    while hasattr(inner, "_wrapped_env"):
+        inner = inner._wrapped_env
+    grammar = inner._logic.grammar._grammar
+    assert engine.derivation_inputs(grammar, "take {o} from {r}") == frozenset()
+    assert engine.derivation_inputs(
+        grammar, "go to [{r.name | receptacleatlocation(r:receptacle, lend:location)}]"
+    ) == frozenset({"receptacleatlocation"})
+    # an expression that could read more than its variables is never memoised
+    assert engine.derivation_inputs(grammar, "{len(context)}") is None
+    env.close()
+
+
+SCRIPT = r"""
+import json, zlib, numpy as np, gymnasium as gym, agent_envs
+env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=6)
+trace = []
+for task in (2, 9):
+    rng = np.random.default_rng(task)
+    obs, info = env.reset(seed=0, options={"task": task})
+    trace.append([obs, info["admissible_actions"]])
+    for _ in range(6):
+        obs, r, te, tr, info = env.step(info["admissible_actions"][int(rng.integers(len(info["admissible_actions"])))])
+        trace.append([obs, r, te, tr, info["admissible_actions"], info["won"]])
+print(json.dumps({"crc": zlib.crc32(json.dumps(trace).encode()), "n": len(trace)}))
+"""
+
+
+@pytest.mark.slow
+def test_translations_kept_on_disk_play_identical_episodes(tmp_path: Path) -> None:
+    env = dict(os.environ, RUBRICGYM_CACHE=str(tmp_path / "cache"))
+    generated = Path(os.environ.get("RUBRICGYM_CACHE") or Path.home() / ".cache" / "rubricgym") / "alfworld"
+    if generated.is_dir():  # reuse the generated games, not the translations
+        (tmp_path / "cache").mkdir()
+        (tmp_path / "cache" / "alfworld").mkdir()
+        for sub in generated.iterdir():
+            if sub.name.startswith("generated"):
+                (tmp_path / "cache" / "alfworld" / sub.name).symlink_to(sub)
+
+    def run() -> tuple[dict, str]:
+        res = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, check=False)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads(res.stdout.strip().splitlines()[-1]), res.stderr
+
+    folder = tmp_path / "cache" / "alfworld" / "translations"
+    first, _ = run()  # translates and keeps the translations
+    kept = sorted(folder.glob("*.pickle"))
+    assert len(kept) >= 2
+    second, _ = run()  # loads them
+    assert second == first and first["n"] > 10
+    kept[0].write_bytes(b"not a pickle")
+    third, err = run()  # a corrupt file: named, ignored, translated again
+    assert third == first
+    assert kept[0].name in err and "corrupt" in err
