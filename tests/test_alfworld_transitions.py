@@ -21,10 +21,10 @@ import pytest
 
 pytest.importorskip("textworld", reason="needs the ALFWorld engine: pip install -e '.[alfworld]'")
 
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import agent_envs  # noqa: E402,F401
-from agent_envs.alfworld import engine  # noqa: E402
+import agent_envs  # noqa: F401
+from agent_envs.alfworld import engine
 
 
 def _canon(value: object) -> str:

@@ -77,16 +77,19 @@ __all__ = [
     "GameFileError",
     "TransitionMemo",
     "Translation",
+    "derivation_inputs",
     "engine_infos",
+    "facts_digest",
     "game_logic",
     "make_engine",
     "make_raw_engine",
     "preserve_process_state",
     "read_game_file",
+    "transition_memo",
     "translate",
     "translation_cache_clear",
-    "transition_memo",
     "translation_cache_info",
+    "translation_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -286,7 +289,8 @@ def _load_translation(key: str) -> Translation | None:
         return None
     try:
         result = pickle.loads(path.read_bytes())
-    except Exception as exc:  # a truncated or foreign file: translate again
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError,
+            ValueError) as exc:  # a truncated or foreign file: translate again
         logger.warning("ignoring the corrupt ALFWorld translation cache file %s (%s)", path, exc)
         return None
     if not isinstance(result, Translation):

@@ -285,7 +285,7 @@ def degrade_advantages(
             out = [rng.permutation(p) for p in out]
             continue
         flat = np.concatenate(out) if out else np.zeros(0)
-        m = int(round(share * flat.size))
+        m = round(share * flat.size)
         if m >= 2:
             rows = rng.choice(flat.size, size=m, replace=False)
             flat[rows] = flat[rng.permutation(rows)]
