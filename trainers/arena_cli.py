@@ -82,7 +82,7 @@ def arena(ctx: typer.Context) -> None:
     try:
         cmd = parse_arena_args(list(ctx.args))
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     if cmd.list_methods:
         _print_methods(console)
@@ -125,7 +125,7 @@ def _redraw_report(console: Console, output_dir: Path, baseline: str | None) -> 
     try:
         write_report(output_dir, baseline=baseline, partial=True, title=f"Arena: {output_dir.name} (finished runs)")
     except (MetricFileError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
 
@@ -163,7 +163,7 @@ def _run(console: Console, cfg: ArenaConfig, methods: list[str], seed_list: list
         summary = run_arena(cfg, methods, seed_list, output_dir, workers=workers, baseline=baseline,
                             progress=progress, command=command)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
     console.print(f"wall time {summary['wall_seconds'] / 60:.1f} min; curves: {output_dir / 'curves.png'}")

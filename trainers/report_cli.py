@@ -56,7 +56,7 @@ def report(
         if len(paths) == 1 and (paths[0] / "metrics.jsonl").is_file():
             write_run_report(paths[0])
     except (FileNotFoundError, MetricFileError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     if each or len(runs) == 1:
         for r in runs:

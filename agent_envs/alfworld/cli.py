@@ -40,7 +40,7 @@ def data_alfworld(
             console.print(f"Running alfworld-download into {root} ...")
             data.install_with_downloader(root)
     except (data.InstallError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(1) from exc
     report = data.verify_install(root, parse=parse)
     table = Table("split", "games", "expected", *[_short(t) for t in _types()])
@@ -93,7 +93,7 @@ def alfworld_tasks(
         try:
             ids = data.list_tasks(split, data_root, task_type or None)
         except (data.DataNotFoundError, ValueError) as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
             raise typer.Exit(1) from exc
     for index, task_id in enumerate(ids):
         typer.echo(f"{index}\t{task_id}")  # plain, tab-separated: easy to grep/cut
