@@ -208,3 +208,20 @@ def test_server_reset_checks_kind_without_a_task(client):
     assert r.status_code == 200 and r.json["goal"]["kind"] == "synthetic"
     r = client.post("/api/fixed_2/reset", json={"kind": "synthetic"})
     assert r.json["goal"] == {"index": 2, "kind": "synthetic", "instruction": r.json["goal"]["instruction"]}
+
+
+def test_a_step_after_the_episode_ended_is_refused_and_pays_nothing() -> None:
+    """Truncated at max_steps=1, a purchase later used to pay 10 and set won=True."""
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+
+    env = gym.make("WebShop-Rubric-v0", max_steps=1)
+    env.reset(seed=0, options={"task": 0})
+    *_, truncated, _ = env.step("click[nothing here]")
+    assert truncated
+    with pytest.raises(RuntimeError, match="episode has ended"):
+        env.step("click[buy now]")
+    env.reset(seed=0, options={"task": 0})  # a new episode plays again
+    env.step("search[anything]")
+    env.close()

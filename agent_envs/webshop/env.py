@@ -385,10 +385,10 @@ class WebShopRubricEnv(gym.Env[str, str]):
                             f"got {type(action).__name__}")
         if self._snap is None:
             raise RuntimeError("call reset() before step()")
+        if self._terminated or self._steps >= self.max_steps:
+            raise RuntimeError("the episode has ended (terminated or truncated); call reset()")
         key = self.action_key(action) if len(action) <= MAX_ACTION_CHARS else "invalid"
-        if self._terminated:
-            outcome, snap = ActionOutcome(False, True, None, "the episode is over; call reset()"), self._snap
-        elif len(action) > MAX_ACTION_CHARS:
+        if len(action) > MAX_ACTION_CHARS:
             outcome, snap = ActionOutcome(False, feedback=f"action longer than {MAX_ACTION_CHARS} characters"), self._snap
         else:
             outcome, snap = self.backend.act(action)
