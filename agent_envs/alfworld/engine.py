@@ -641,7 +641,7 @@ class _GameLogicView:
         return getattr(self._base, name)
 
 
-_DERIVED_SIZE = 200_000
+_DERIVED_SIZE = 100_000
 _derived: dict[Any, str] = {}
 
 
