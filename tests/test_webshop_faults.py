@@ -214,8 +214,6 @@ def test_a_step_after_the_episode_ended_is_refused_and_pays_nothing() -> None:
     """Truncated at max_steps=1, a purchase later used to pay 10 and set won=True."""
     import gymnasium as gym
 
-    import agent_envs  # noqa: F401
-
     env = gym.make("WebShop-Rubric-v0", max_steps=1)
     env.reset(seed=0, options={"task": 0})
     *_, truncated, _ = env.step("click[nothing here]")
