@@ -145,9 +145,12 @@ def test_episode_metrics_average_rubric_channels_and_the_summary_shows_them(tmp_
     recs = [{"update": 0, "phase": "eval", **m}, {"update": 2, "phase": "eval", **m, "rubric/target_acquired": 1.0},
             {"update": 1, "phase": "train", "train/success": 0.5, "time/update_s": 10.0}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-    (run / "summary.json").write_text(json.dumps({"seconds": 100.0, "cpu": [{"trainer_s": 80.0, "env_workers_s": 15.0, "torch_threads": 1}],
-                                                  "phases_s": {"eval": 30.0, "rollout": 50.0}}))
+    (run / "summary.json").write_text(json.dumps({"seconds": 100.0, "cpu": [{
+        "trainer_s": 80.0, "env_workers_s": 15.0, "torch_threads": 1, "mixed_precision": "no", "rollout_dtype": "float32"}],
+        "phases_s": {"eval": 30.0, "rollout": 50.0}}))
     text = summary_text(load_run(run))
     assert "target_acquired 0.67 → 1.00" in text
-    assert "100 s wall, 95 s CPU (trainer 80 s with 1 torch thread(s), env workers 15 s)" in text
+    # the precision and threads actually used are part of what a run reports
+    assert ("100 s wall, 95 s CPU (trainer 80 s with 1 torch thread(s), mixed precision no, rollouts in float32, "
+            "env workers 15 s)") in text
     assert "phases: eval 30 s, rollout 50 s" in text

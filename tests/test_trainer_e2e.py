@@ -69,6 +69,11 @@ def test_one_update_choose_mode_webshop(tmp_path):
     cfg = load_config("demo", _overrides(tmp_path, "choose", ["action_mode=choose", "estimator=mcgpo"]))
     summary = Trainer(cfg).train()
     trajs = _check_run(Path(summary["run_dir"]), cfg)
+    # the run folder records the precision and threads it actually used (overrides: mixed_precision=no)
+    (cpu,) = summary["cpu"]
+    assert cpu["mixed_precision"] == "no" and cpu["rollout_dtype"] == "float32" and cpu["torch_threads"] == 1
+    saved = json.loads((Path(summary["run_dir"]) / "summary.json").read_text())
+    assert saved["cpu"][0]["mixed_precision"] == "no"
     # choose mode only ever plays admissible actions
     assert all(s.valid for t in trajs for s in t.steps)
     assert all(s.extra["response"].startswith("<action>") for t in trajs for s in t.steps)

@@ -714,7 +714,9 @@ def summary_text(run: RunInfo) -> str:
         if cpu:
             trainer = sum(c.get("trainer_s", 0.0) for c in cpu)
             workers = sum(c.get("env_workers_s", 0.0) for c in cpu)
-            line += f", {trainer + workers:.0f} s CPU (trainer {trainer:.0f} s with {cpu[0].get('torch_threads', '?')} torch thread(s), env workers {workers:.0f} s)"
+            line += (f", {trainer + workers:.0f} s CPU (trainer {trainer:.0f} s with {cpu[0].get('torch_threads', '?')} "
+                     f"torch thread(s), mixed precision {cpu[0].get('mixed_precision', '?')}, rollouts in "
+                     f"{cpu[0].get('rollout_dtype', '?')}, env workers {workers:.0f} s)")
         phases = summ.get("phases_s") or {}
         if phases:
             line += "; phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.items())

@@ -571,7 +571,8 @@ class Trainer:
             if end == cfg.updates and cfg.eval_train_games and "after" not in self.train_games_eval:
                 self._eval_training_games("after")
             cpu = {"trainer_s": time.process_time() - cpu_start, "env_workers_s": self.pool.worker_cpu_seconds(),
-                   "torch_threads": torch.get_num_threads()}
+                   "torch_threads": torch.get_num_threads(), "mixed_precision": str(self.accelerator.mixed_precision),
+                   "rollout_dtype": "bfloat16" if self.rollout_model is not None else "float32"}
             summary = self._summary(time.perf_counter() - t_start, cpu)
             if end == cfg.updates:  # finished: the end record (trainers.metrics)
                 self.metrics.log(end, "end", {"seconds": summary["seconds"], "cpu_seconds": sum(
