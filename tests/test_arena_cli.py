@@ -15,8 +15,8 @@ from trainers.cli import app
 def test_arena_cli_prints_the_mde_and_rescaled_advantages_train_identically(tmp_path: Path) -> None:
     out = tmp_path / "arena"
     args = ["arena", "--env", "webshop", "--estimators", "rloo", "--variants", "rloo:x0.25,rloo:x4",
-            "--seeds", "2", "--updates", "4", "-P", "2", "-G", "4", "--train-tasks", "6", "--val-tasks", "6",
-            "--eval-every", "2", "-j", "1", "-o", str(out)]
+            "--seeds", "2", "--updates", "6", "-P", "4", "-G", "8", "--train-tasks", "8", "--val-tasks", "6",
+            "--eval-every", "3", "-j", "1", "--save-rollouts", "-o", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "MDE (L5)" in result.output  # every comparison prints its minimum detectable difference
@@ -38,11 +38,12 @@ def test_arena_cli_prints_the_mde_and_rescaled_advantages_train_identically(tmp_
     result = CliRunner().invoke(app, [*args[:args.index("--variants")], "--variants", "rloo:no_rl",
                                       *args[args.index("--seeds"):-1], str(frozen)])
     assert result.exit_code == 0, result.output
-    steps = {}
+    actions = {}
     for m, folder in (("rloo", out), ("rloo:no_rl", frozen)):
-        recs = [json.loads(line) for line in (folder / "runs" / f"{m}__seed0" / "metrics.jsonl").open()]
-        steps[m] = [r["train/mean_steps"] for r in recs if r["phase"] == "train"]
-    assert steps["rloo"][0] == steps["rloo:no_rl"][0] and steps["rloo"][1:] != steps["rloo:no_rl"][1:]
+        actions[m] = [[[s["action"] for s in json.loads(line)["steps"]] for line in path.open()]
+                      for path in sorted((folder / "runs" / f"{m}__seed0" / "rollouts").glob("update_*.jsonl"))]
+    assert len(actions["rloo"]) == 6 and actions["rloo"][0] == actions["rloo:no_rl"][0]  # the same start
+    assert actions["rloo"][1:] != actions["rloo:no_rl"][1:]  # after an update the policy acts differently
 
 
 @pytest.mark.slow
