@@ -118,3 +118,60 @@ def test_install_the_full_offline_archive(tmp_path, shared_data):
     }
     game = json.loads(next((tmp_path / "json_2.1.1" / "valid_unseen").rglob("game.tw-pddl")).read_text())
     assert set(game) >= {"pddl_domain", "grammar", "pddl_problem", "walkthrough"}
+
+
+def _tar_with(path: Path, *members: tarfile.TarInfo) -> Path:
+    with tarfile.open(path, "w") as tar:
+        game = tarfile.TarInfo("json_2.1.1/valid_seen/t/trial/game.tw-pddl")
+        body = b'{"pddl_domain": "d", "grammar": "g", "pddl_problem": "p", "walkthrough": ["look"]}'
+        game.size = len(body)
+        import io
+
+        tar.addfile(game, io.BytesIO(body))
+        for m in members:
+            tar.addfile(m)
+    return path
+
+
+@pytest.mark.parametrize("kind", [tarfile.FIFOTYPE, tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.SYMTYPE])
+def test_a_hostile_archive_installs_nothing(tmp_path, kind):
+    """Device nodes, FIFOs and links are refused (a FIFO shipped as a game file hung both
+    `data alfworld --from` and reset), and nothing is left in the data folder."""
+    member = tarfile.TarInfo("json_2.1.1/valid_seen/t2/trial/game.tw-pddl")
+    member.type = kind
+    if kind == tarfile.SYMTYPE:
+        member.linkname = "/etc/passwd"
+    archive = _tar_with(tmp_path / "bad.tar", member)
+    dest = tmp_path / "root"
+    with pytest.raises(data.InstallError, match="refusing unsafe archive member"):
+        data.install_from_archive(archive, dest)
+    assert not (dest / "json_2.1.1").exists() and not any(p.name.startswith(".alfworld-unpack") for p in dest.iterdir())
+
+
+def test_paths_that_leave_the_folder_are_refused(tmp_path):
+    for name in ("../evil.txt", "json_2.1.1/../../evil.txt"):
+        member = tarfile.TarInfo(name)
+        archive = _tar_with(tmp_path / "bad.tar", member)
+        with pytest.raises(data.InstallError, match="refusing unsafe archive member"):
+            data.install_from_archive(archive, tmp_path / "root")
+    assert not (tmp_path / "evil.txt").exists()
+    # an absolute name is made relative by the data filter: it lands inside the unpack folder
+    target = tmp_path / "abs" / "evil.txt"
+    archive = _tar_with(tmp_path / "abs.tar", tarfile.TarInfo(str(target)))
+    data.install_from_archive(archive, tmp_path / "root")
+    assert not target.exists()
+
+
+def test_a_fifo_or_deeply_nested_game_file_is_a_named_error_not_a_hang(tmp_path):
+    import os
+
+    from agent_envs.alfworld.engine import GameFileError, read_game_file
+
+    fifo = tmp_path / "game.tw-pddl"
+    os.mkfifo(fifo)
+    with pytest.raises(GameFileError, match="not a regular file"):
+        read_game_file(fifo)
+    deep = tmp_path / "deep.tw-pddl"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(GameFileError, match=r"corrupt ALFWorld game file .*deep\.tw-pddl.*RecursionError"):
+        read_game_file(deep)

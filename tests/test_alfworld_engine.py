@@ -17,12 +17,19 @@ GAMES = [
 
 
 def _snapshot(state) -> tuple:
-    """Everything observable in a state: texts, commands, full fact list (in order), flags."""
+    """Everything observable in a state: texts, commands, the fact set, flags.
+
+    The fact *list*'s order is not compared: upstream's own order depends on the hash seed of
+    the process that translated the game (fast-downward's normalisation iterates sets; three
+    PYTHONHASHSEED values gave three orders of one game's initial facts, with the same sorted
+    facts and the same texts), and a translation kept on disk carries the order of the process
+    that made it.
+    """
     return (
         state["feedback"],
         tuple(state["admissible_commands"]),
         tuple(state["_valid_commands"]),
-        tuple(str(f) for f in state["_facts"]),
+        tuple(sorted(str(f) for f in state["_facts"])),
         tuple(sorted((k, v.name) for k, v in state["_entity_infos"].items())),
         tuple(state["command_templates"]),
         bool(state["won"]),

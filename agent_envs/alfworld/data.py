@@ -194,10 +194,13 @@ def verify_install(root: str | os.PathLike[str] | None = None, parse: bool = Tru
             continue
         for task in tasks:
             path = directory / task / GAME_FILE
+            if not path.is_file():  # a FIFO would block the read forever
+                report.corrupt.append((str(path), "not a regular file"))
+                continue
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                report.corrupt.append((str(path), f"not valid JSON ({exc})"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+                report.corrupt.append((str(path), f"not valid JSON ({type(exc).__name__}: {exc})"))
                 continue
             if not isinstance(data, dict):
                 report.corrupt.append((str(path), "not a JSON object"))
@@ -211,11 +214,18 @@ def verify_install(root: str | os.PathLike[str] | None = None, parse: bool = Tru
 
 
 def _safe_members_tar(tar: tarfile.TarFile, dest: Path) -> list[tarfile.TarInfo]:
+    """The members to extract: regular files and folders only (no links, devices or FIFOs),
+    each passed through tarfile's ``data`` filter (no absolute paths, nothing outside
+    ``dest``, no unsafe modes); anything else refuses the whole archive."""
     members = []
     for m in tar.getmembers():
-        target = (dest / m.name).resolve()
-        if not str(target).startswith(str(dest.resolve())) or m.issym() or m.islnk():
-            raise InstallError(f"refusing unsafe archive member {m.name!r}")
+        if not (m.isfile() or m.isdir()):
+            kind = "link" if (m.issym() or m.islnk()) else "device, FIFO or other special file"
+            raise InstallError(f"refusing unsafe archive member {m.name!r}: a {kind} (only files and folders)")
+        try:
+            tarfile.data_filter(m, str(dest))
+        except tarfile.FilterError as exc:
+            raise InstallError(f"refusing unsafe archive member {m.name!r}: {exc}") from None
         members.append(m)
     return members
 
@@ -245,13 +255,13 @@ def install_from_archive(archive: str | os.PathLike[str], dest: str | os.PathLik
             if zipfile.is_zipfile(archive):
                 with zipfile.ZipFile(archive) as zf:
                     for name in zf.namelist():
-                        if not str((tmp / name).resolve()).startswith(str(tmp.resolve())):
+                        if not (tmp / name).resolve().is_relative_to(tmp.resolve()):
                             raise InstallError(f"refusing unsafe archive member {name!r}")
                     zf.extractall(tmp)
             else:
                 with tarfile.open(archive) as tar:
                     members = _safe_members_tar(tar, tmp)
-                    tar.extractall(tmp, members=members)
+                    tar.extractall(tmp, members=members, filter="data")
         except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
             raise InstallError(f"cannot unpack {archive}: {exc}") from exc
         unpacked = tmp / DATASET_DIR

@@ -110,14 +110,17 @@ def read_game_file(path: str | Path) -> dict[str, Any]:
             ``grammar`` / ``pddl_problem``; the message names the path.
     """
     path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO or device would block the read
+        raise GameFileError(f"cannot read ALFWorld game file {path}: not a regular file")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise GameFileError(f"cannot read ALFWorld game file {path}: {exc}") from exc
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise GameFileError(f"corrupt ALFWorld game file {path}: not valid JSON ({exc})") from exc
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise GameFileError(f"corrupt ALFWorld game file {path}: not valid JSON "
+                            f"({type(exc).__name__}: {exc})") from exc
     check_game_data(data, str(path))
     return data
 
@@ -265,6 +268,10 @@ def translation_dir() -> Path | None:
     return Path(root) / "alfworld" / "translations"
 
 
+#: Version of the translation files' layout (part of their names: a new layout never reads an old file).
+_TRANSLATION_FORMAT = 2
+
+
 def _translation_file(key: str) -> Path | None:
     folder = translation_dir()
     if folder is None:
@@ -275,7 +282,7 @@ def _translation_file(key: str) -> Path | None:
         version = metadata.version("fast-downward-textworld")
     except metadata.PackageNotFoundError:  # pragma: no cover - installed with alfworld
         version = "unknown"
-    tag = f"fd{version}-py{sys.version_info[0]}{sys.version_info[1]}"
+    tag = f"v{_TRANSLATION_FORMAT}-fd{version}-py{sys.version_info[0]}{sys.version_info[1]}"
     return folder / f"{key}-{tag}.pickle"
 
 
@@ -296,8 +303,12 @@ def _load_translation(key: str) -> Translation | None:
     if not isinstance(result, Translation):
         return None
     # textworld's propositions do not survive pickling (their variables lose what the state's
-    # queries match on): rebuild them from the task, exactly as a fresh translation does
-    return dataclasses.replace(result, init_facts=_init_propositions(result.task, result.name2type))
+    # queries match on), so the file keeps them as plain (name, ((variable, type), ...))
+    # tuples, in the translator's order (the fact store's iteration order follows it)
+    from textworld.logic import Proposition, Variable
+
+    facts = tuple(Proposition(name, [Variable(v, t) for v, t in args]) for name, args in result.init_facts)
+    return dataclasses.replace(result, init_facts=facts)
 
 
 def _store_translation(key: str, result: Translation) -> None:
@@ -311,7 +322,8 @@ def _store_translation(key: str, result: Translation) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".partial-", delete=False) as fh:
-            fh.write(pickle.dumps(dataclasses.replace(result, init_facts=()), protocol=pickle.HIGHEST_PROTOCOL))
+            plain = tuple((f.name, tuple((v.name, v.type) for v in f.arguments)) for f in result.init_facts)
+            fh.write(pickle.dumps(dataclasses.replace(result, init_facts=plain), protocol=pickle.HIGHEST_PROTOCOL))
         os.replace(fh.name, path)
     except OSError as exc:
         logger.debug("cannot keep the ALFWorld translation in %s: %s", path, exc)
