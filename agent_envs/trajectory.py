@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -73,7 +74,9 @@ class Step:
             self.action_key = self.action
         for name in ("reward", "penalty"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # numbers.Real admits numpy's scalars (np.float32, np.int64 ...), which rollouts
+            # built from arrays hand over; bools are refused (numpy's bool_ is not Real)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"Step.{name} must be a number, got {type(value).__name__}")
             setattr(self, name, float(value))
 

@@ -115,3 +115,15 @@ def test_corrupt_bytes_name_file_and_line(tmp_path, raw: bytes, message: str) ->
     path.write_bytes(json.dumps(Trajectory("t", 0).to_dict()).encode() + b"\n" + raw + b"\n")
     with pytest.raises(TrajectoryFormatError, match=f"{path}:2: .*{message}"):
         load_jsonl(path)
+
+
+def test_step_takes_numpy_scalar_rewards_and_refuses_bools() -> None:
+    import numpy as np
+
+    from agent_envs.trajectory import Step
+
+    step = Step(state_key="s", action="look", reward=np.float32(10.0), penalty=np.int64(0))
+    assert step.reward == 10.0 and type(step.reward) is float and type(step.penalty) is float
+    for bad in (True, np.bool_(True), "10"):
+        with pytest.raises(TypeError, match="Step.reward must be a number"):
+            Step(state_key="s", action="look", reward=bad)
