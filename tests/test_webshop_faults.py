@@ -223,3 +223,17 @@ def test_a_step_after_the_episode_ended_is_refused_and_pays_nothing() -> None:
     env.reset(seed=0, options={"task": 0})  # a new episode plays again
     env.step("search[anything]")
     env.close()
+
+
+def test_a_step_after_close_asks_for_a_reset() -> None:
+    """It used to fail inside the backend with a bare AssertionError ('start() first')."""
+    import gymnasium as gym
+
+    env = gym.make("WebShop-Rubric-v0")
+    env.reset(seed=0, options={"task": 0})
+    env.close()
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
+        env.step("search[anything]")
+    env.reset(seed=0, options={"task": 0})  # a closed embedded env can start again
+    env.step("search[anything]")
+    env.close()

@@ -416,10 +416,11 @@ class WebShopRubricEnv(gym.Env[str, str]):
         return None
 
     def close(self) -> None:
-        """Release the backend."""
+        """Release the backend (a later step asks for a reset, as before the first one)."""
         backend = getattr(self, "backend", None)
         if backend is not None:
             backend.close()
+        self._snap = None
         super().close()
 
     # ------------------------------------------------------------------ internals
