@@ -66,7 +66,7 @@ def main() -> None:
             ev = policy.evaluate([r.decision for r in base_records], [r.chosen for r in base_records])
             g_base = ev.grad(base_adv)
             for m, est in estimators.items():
-                _, adv, _ = R._credit_rows(groups, grecs, est(groups), 1.0, specs[m], R._rng(seed, update, 55))
+                _, adv, _ = R._credit_rows(groups, grecs, est(groups), 1.0, specs[m].degrade, R._rng(seed, update, 55))
                 acc[m]["corr"].append(float(np.corrcoef(adv, base_adv)[0, 1]) if adv.std() > 0 and base_adv.std() > 0
                                       else float("nan"))
                 acc[m]["cos"].append(_cos(ev.grad(adv), g_base))

@@ -407,15 +407,13 @@ def summarize(runs: Sequence[RunInfo], baseline: str | None = None,
     return out
 
 
-#: Variants that degrade a method on purpose (the arena's calibration controls).
-CONTROL_VARIANT = re.compile(r"^(shuffle\d+|step_shuffle|no_rl)$")
-
-
 def _calibration(sid: str, by_method: Mapping[str, Mapping[int, RunInfo]],
                  labels: Mapping[tuple[str, str], str]) -> dict[str, Any]:
     """Each control ``<method>:<control>`` of a setting against its ``<method>`` over their
     shared seeds: the paired difference of L5 and whether the setting resolves the loss (the
     95% interval lies wholly below 0)."""
+    from trainers.arena.variants import CONTROL_VARIANT  # named where the controls are
+
     out: dict[str, Any] = {}
     for m in sorted(by_method):
         parent, _, variant = m.rpartition(":")

@@ -81,6 +81,12 @@ class InstallError(RuntimeError):
     """Installing the game set failed (download refused, bad archive, failed verification)."""
 
 
+def cache_root() -> Path:
+    """rubricgym's own cache folder: ``$RUBRICGYM_CACHE``, default ``~/.cache/rubricgym``
+    (generated games, kept translations)."""
+    return Path(os.environ.get("RUBRICGYM_CACHE") or Path.home() / ".cache" / "rubricgym").expanduser()
+
+
 def data_root(root: str | os.PathLike[str] | None = None) -> Path:
     """The ALFWorld data root: ``root`` if given, else ``$ALFWORLD_DATA``, else ``~/.cache/alfworld``."""
     if root is not None:

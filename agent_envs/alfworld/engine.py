@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -264,26 +265,30 @@ def translation_dir() -> Path | None:
     turns the disk copy off (``None``)."""
     if os.environ.get("RUBRICGYM_TRANSLATION_CACHE", "1") == "0":
         return None
-    root = os.environ.get("RUBRICGYM_CACHE") or Path.home() / ".cache" / "rubricgym"
-    return Path(root) / "alfworld" / "translations"
+    from agent_envs.alfworld.data import cache_root
+
+    return cache_root() / "alfworld" / "translations"
 
 
 #: Version of the translation files' layout (part of their names: a new layout never reads an old file).
 _TRANSLATION_FORMAT = 2
 
 
-def _translation_file(key: str) -> Path | None:
-    folder = translation_dir()
-    if folder is None:
-        return None
+@functools.cache
+def _translation_tag() -> str:
+    """Layout, translator and Python versions of the translation files (read once)."""
     from importlib import metadata
 
     try:
         version = metadata.version("fast-downward-textworld")
     except metadata.PackageNotFoundError:  # pragma: no cover - installed with alfworld
         version = "unknown"
-    tag = f"v{_TRANSLATION_FORMAT}-fd{version}-py{sys.version_info[0]}{sys.version_info[1]}"
-    return folder / f"{key}-{tag}.pickle"
+    return f"v{_TRANSLATION_FORMAT}-fd{version}-py{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def _translation_file(key: str) -> Path | None:
+    folder = translation_dir()
+    return None if folder is None else folder / f"{key}-{_translation_tag()}.pickle"
 
 
 def _load_translation(key: str) -> Translation | None:
@@ -470,6 +475,15 @@ def facts_digest(facts: Any) -> str:
     return hashlib.sha1("\n".join(sorted(map(str, facts))).encode("utf-8")).hexdigest()
 
 
+def _bounded_put(table: dict[Any, Any], key: Any, value: Any, limit: int) -> None:
+    """``table[key] = value``, emptying a full table first (clear-when-full keeps memory
+    bounded at no bookkeeping cost; the memos only change speed)."""
+    with _cache_lock:
+        if len(table) >= limit:
+            table.clear()
+        table[key] = value
+
+
 @dataclass(frozen=True)
 class _Transition:
     """One memoised step: the game state ``PddlEnv.step`` produced (minus the operator
@@ -511,10 +525,7 @@ class TransitionMemo:
 
     def put(self, key: tuple[str, str, str], value: Any) -> None:
         """Store ``value`` (the table is emptied first when full: memory stays bounded)."""
-        with _cache_lock:
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[key] = value
+        _bounded_put(self._entries, key, value, self.max_entries)
 
     def clear(self) -> None:
         """Forget every transition and zero the counters."""
@@ -635,10 +646,7 @@ class _MemoGrammar:
         text = _derived.get(key)
         if text is None:
             text = self._grammar.derive(start, context)
-            with _cache_lock:
-                if len(_derived) >= _DERIVED_SIZE:
-                    _derived.clear()
-                _derived[key] = text
+            _bounded_put(_derived, key, text, _DERIVED_SIZE)
         return text
 
 
@@ -658,7 +666,8 @@ _derived: dict[Any, str] = {}
 
 
 def transition_memo() -> TransitionMemo:
-    """The process-wide :class:`TransitionMemo` (``.enabled = False`` turns it off)."""
+    """The process-wide :class:`TransitionMemo`; ``.enabled = False`` turns it off, and with it
+    the memoised text derivations (both change speed only)."""
     return _transitions
 
 

@@ -808,11 +808,13 @@ def _play_groups(
 
 def _credit_rows(
     groups: Sequence[Sequence[Trajectory]], group_records: Sequence[Sequence[list[DecisionRecord]]],
-    results: Sequence[Any], scale: float, spec: MethodSpec | None = None, rng: np.random.Generator | None = None,
+    results: Sequence[Any], scale: float, degrade: tuple[tuple[str, float], ...] = (),
+    rng: np.random.Generator | None = None,
 ) -> tuple[list[DecisionRecord], np.ndarray, list[tuple[int, int, float]]]:
-    """Flatten the decision rows with their advantages (times ``scale``, then degraded by the
-    method's calibration controls, :func:`~trainers.arena.variants.degrade_advantages`) and map
-    MCGPO preferences (trajectory, step) -> row ids: (records, advantages, pairs)."""
+    """Flatten the decision rows with their advantages (times ``scale``, then degraded by a
+    method's calibration controls ``degrade`` with ``rng``,
+    :func:`~trainers.arena.variants.degrade_advantages`) and map MCGPO preferences
+    (trajectory, step) -> row ids: (records, advantages, pairs)."""
     records: list[DecisionRecord] = []
     adv_parts: list[np.ndarray] = []
     pairs: list[tuple[int, int, float]] = []
@@ -825,8 +827,9 @@ def _credit_rows(
         for pref in res.pairs:
             (pi, pt), (ni, nt) = pref.preferred, pref.rejected
             pairs.append((offsets[pi] + pt, offsets[ni] + nt, float(pref.weight)))
-    if spec is not None and spec.degrade:
-        adv_parts = degrade_advantages(adv_parts, spec.degrade, rng if rng is not None else np.random.default_rng(0))
+    if degrade:
+        assert rng is not None, "calibration controls draw from rng"
+        adv_parts = degrade_advantages(adv_parts, degrade, rng)
     advantages = scale * (np.concatenate(adv_parts) if adv_parts else np.zeros(0))
     return records, advantages, pairs
 
@@ -930,7 +933,7 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
             results = estimator(groups)
             t2 = time.perf_counter()
             records, advantages, pairs = _credit_rows(groups, group_records, results, cfg.adv_scale * spec.adv_scale,
-                                                      spec, _rng(seed, update, 55))
+                                                      spec.degrade, _rng(seed, update, 55))
             scaled = scaler.normalize(advantages)
             loss_stats: dict[str, float] = {}
             if cfg.rl and spec.rl:

@@ -65,6 +65,7 @@ import numpy as np
 
 __all__ = [
     "CONTROLS",
+    "CONTROL_VARIANT",
     "ENV_FAMILIES",
     "ESTIMATORS",
     "VARIANTS",
@@ -244,17 +245,19 @@ def _scale_variant(variant: str) -> float | None:
     return k
 
 
-_SHUFFLE = re.compile(r"^shuffle(\d+)$")
+#: The calibration controls' variant names (``trainers.report`` finds controls by it).
+CONTROL_VARIANT = re.compile(r"^(shuffle(?P<k>\d+)|step_shuffle|no_rl)$")
 
 
 def _control_variant(variant: str) -> tuple[str, float] | None:
-    """``shuffle<k>`` -> ("shuffle", k/100); ``step_shuffle`` -> ("step_shuffle", 0); else None."""
+    """``shuffle<k>`` -> ("shuffle", k/100); ``step_shuffle`` -> ("step_shuffle", 0); else None
+    (``no_rl`` is a control too, but not an advantage transform)."""
+    m = CONTROL_VARIANT.match(variant)
+    if m is None or variant == "no_rl":
+        return None
     if variant == "step_shuffle":
         return ("step_shuffle", 0.0)
-    m = _SHUFFLE.match(variant)
-    if m is None:
-        return None
-    k = int(m.group(1))
+    k = int(m.group("k"))
     if not 0 < k <= 100:
         raise ValueError(f"control variant {variant!r} needs 0 < k <= 100 (a percentage of rows)")
     return ("shuffle", k / 100.0)

@@ -85,9 +85,9 @@ def _canonical_task_types(task_types: Sequence[str] | None) -> tuple[str, ...]:
 def default_cache_dir(n: int = 60, seed: int = 0, task_types: Sequence[str] | None = None) -> Path:
     """``$RUBRICGYM_CACHE/alfworld/generated-<seed>-<n>`` (``RUBRICGYM_CACHE`` defaults to
     ``~/.cache/rubricgym``); a subset of task types adds a short hash of their names."""
-    root = Path(
-        os.environ.get("RUBRICGYM_CACHE") or Path.home() / ".cache" / "rubricgym"
-    ).expanduser()
+    from agent_envs.alfworld.data import cache_root
+
+    root = cache_root()
     types = _canonical_task_types(task_types)
     name = f"generated-{seed}-{n}"
     if types != TASK_TYPES:
