@@ -641,7 +641,8 @@ class _MemoGrammar:
         state = context.get("state")
         if inputs is None or state is None or not _transitions.enabled:
             return self._grammar.derive(start, context)
-        facts = frozenset(f for sig, group in state._facts.items() if sig.name in inputs for f in group)
+        facts = frozenset(f for sig, group in state._facts.items() if sig.name in inputs for f in group) \
+            if inputs else frozenset()  # most command templates read no facts at all
         key = (self._game, start, frozenset(context.get("mapping", {}).items()), facts)
         text = _derived.get(key)
         if text is None:
