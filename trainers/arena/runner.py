@@ -140,6 +140,9 @@ ENV_PRESETS: dict[str, EnvPreset] = {
 _ALFWORLD_SETTING: dict[str, Any] = {
     "max_steps": 30, "warm_start": 36, "train_tasks": 36, "val_tasks": 24, "updates": 12,
     "tasks_per_update": 4, "group_size": 6, "eval_every": 4,
+    # greedy validation: the same power per seed as T = 0.4 in 20 % less CPU, and a 5-point
+    # MDE within reach (docs/arena.md, "Choosing the validation"; bench/arena_eval_noise.py)
+    "eval_temperature": 0.0,
 }
 
 #: Per-environment defaults of :meth:`ArenaConfig.for_env` (measured; see docs/arena.md).
@@ -168,7 +171,7 @@ DEFAULT_METHODS: dict[str, tuple[str, str]] = {
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).
-DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 20,
+DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 30,
                                  "alfworld": 3, "alfworld-unseen": 3}
 
 
@@ -188,6 +191,9 @@ class ArenaConfig:
         group_size: G, siblings per task.
         train_tasks: Size of the fixed training pool (task indices 0..N-1 of the split).
         val_tasks: Size of the fixed validation set.
+        val_episodes: Episodes per validation task at each validation (episode 0 draws the
+            noise a single-episode validation draws; the record keeps each episode index's
+            success rate, ``success_by_episode``).
         eval_every: Validate every this many updates (and before the first).
         epochs: Maximum passes over an update's rows (the trust region may stop earlier).
         minibatch: Rows per micro-batch (MCGPO pairs are kept together).
@@ -204,7 +210,8 @@ class ArenaConfig:
             where their policies do) or sequential (one uniform per decision, inverse CDF; the
             arena before session 8).  Both draw exactly from the softmax.
         temperature: Rollout temperature (SPEC §5: 1.0).
-        eval_temperature: Validation temperature (SPEC §6: 0.4).
+        eval_temperature: Validation temperature (SPEC §6: 0.4); 0 validates greedily (the
+            highest-scoring action, the first of tied ones; needs ``val_episodes=1``).
         max_steps: Episode horizon (``None``: the preset's).
         dim: Hashed feature dimension.
         clip_low: PPO clip below 1 (SPEC §5; :class:`~trainers.arena.objective.ObjectiveConfig`).
@@ -240,6 +247,7 @@ class ArenaConfig:
     group_size: Annotated[int, tyro.conf.arg(aliases=("-G",))] = 8
     train_tasks: int = 24
     val_tasks: int = 24
+    val_episodes: int = 1
     eval_every: int = 5
     epochs: int = 4
     minibatch: int = 32
@@ -273,7 +281,7 @@ class ArenaConfig:
     def __post_init__(self) -> None:
         if self.env not in ENV_PRESETS:
             raise ValueError(f"unknown arena env {self.env!r}; choose one of {', '.join(ENV_PRESETS)}")
-        positive = ("updates", "tasks_per_update", "group_size", "train_tasks", "val_tasks",
+        positive = ("updates", "tasks_per_update", "group_size", "train_tasks", "val_tasks", "val_episodes",
                     "eval_every", "epochs", "minibatch", "dim")
         for name in positive:
             value = getattr(self, name)
@@ -287,8 +295,14 @@ class ArenaConfig:
             )
         for name in ("lr", "temperature", "eval_temperature", "warm_start_lr", "adv_scale"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"ArenaConfig.{name} must be a positive number, got {value!r}")
+            least_ok = 0.0 if name == "eval_temperature" else math.nextafter(0.0, 1.0)
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
+                                               and value >= least_ok):
+                what = "a number >= 0 (0: greedy)" if name == "eval_temperature" else "a positive number"
+                raise ValueError(f"ArenaConfig.{name} must be {what}, got {value!r}")
+        if self.eval_temperature == 0 and self.val_episodes != 1:
+            raise ValueError("greedy validation (eval_temperature=0) plays one episode per task: its "
+                             f"episodes are identical; got val_episodes={self.val_episodes}")
         if isinstance(self.warm_start, bool) or not isinstance(self.warm_start, int) or self.warm_start < 0:
             raise ValueError(f"ArenaConfig.warm_start must be an integer >= 0, got {self.warm_start!r}")
         if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
@@ -462,7 +476,7 @@ class ArenaPolicy:
     Args:
         policy: The acting policy.
         featurizer: Feature extractor matching the policy.
-        temperature: Sampling temperature.
+        temperature: Sampling temperature (0: greedy, the first of the highest-scoring actions).
         rng: The generator of episode ``(group, slot)``.
         coupled: Draw each decision by :meth:`~trainers.arena.policy.LinearSoftmaxPolicy.sample_coupled`
             with a key from the episode's generator and the step index (common random numbers
@@ -515,7 +529,10 @@ class ArenaPolicy:
             goal=goal, task_type=self.task_types[key], observation=str(turn.observation), actions=actions,
             rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history], task=task,
         )
-        if self.coupled:  # the noise of decision t: a function of the episode's key, t and each action
+        if self.temperature == 0:  # greedy: the first of the highest-scoring actions
+            k = int(np.argmax(self.policy.scores(decision)))
+            logp_t = float(self.policy.log_probabilities(decision)[k])
+        elif self.coupled:  # the noise of decision t: a function of the episode's key, t and each action
             k, logp_t = self.policy.sample_coupled(decision, self._keys[key] * 1_000_003 + turn.t, self.temperature)
         else:
             k, logp_t = self.policy.sample(decision, self._rngs[key], self.temperature)
@@ -746,29 +763,41 @@ def _evaluate(
     envs: EnvPool, cfg: ArenaConfig, val_set: Sequence[Any], val_split: str | None, policy: LinearSoftmaxPolicy,
     featurizer: Featurizer, seed: int, update: int,
 ) -> dict[str, Any]:
-    """One rollout of every validation task (task ``k``: reset seed ``k``, its own generator),
-    in lock-step chunks of at most ``cfg.group_size`` tasks on ``envs``."""
-    succ, score, steps, invalid = [], [], [], 0
+    """``cfg.val_episodes`` rollouts of every validation task (task ``k``: reset seed ``k``;
+    episode ``j`` of it draws from ``_rng(seed, 1_000_003, update, k)`` for ``j = 0``, from
+    ``_rng(seed, 1_000_003, update, k, j)`` after), in lock-step chunks of at most
+    ``cfg.group_size`` environments on ``envs``."""
+    k_ep = cfg.val_episodes
+    succ = np.zeros((len(val_set), k_ep))
+    score, steps, invalid = [], [], 0
     per_type: dict[str, list[float]] = defaultdict(list)
-    for start in range(0, len(val_set), cfg.group_size):
-        chunk = list(val_set[start : start + cfg.group_size])
+    chunk_n = max(1, cfg.group_size // k_ep)
+
+    def rng(g: int, slot: int, start: int) -> np.random.Generator:
+        key = (seed, 1_000_003, update, start + g) + ((slot,) if slot else ())
+        return _rng(*key)
+
+    for start in range(0, len(val_set), chunk_n):
+        chunk = list(val_set[start : start + chunk_n])
         arena = ArenaPolicy(policy, featurizer, temperature=cfg.eval_temperature, coupled=cfg.sampling == "coupled",
-                            rng=lambda g, _slot, start=start: _rng(seed, 1_000_003, update, start + g))
-        groups = play_groups(envs, arena, chunk, range(start, start + len(chunk)), split=val_split, group_size=1)
-        for g, (traj,) in enumerate(groups):
-            succ.append(float(traj.success))
-            score.append(float(traj.score))
-            steps.append(len(traj.steps))
-            invalid += sum(not s.valid for s in traj.steps)
-            per_type[arena.task_types[(g, 0)]].append(float(traj.success))
+                            rng=lambda g, slot, start=start: rng(g, slot, start))
+        groups = play_groups(envs, arena, chunk, range(start, start + len(chunk)), split=val_split, group_size=k_ep)
+        for g, group in enumerate(groups):
+            for j, traj in enumerate(group):
+                succ[start + g, j] = float(traj.success)
+                score.append(float(traj.score))
+                steps.append(len(traj.steps))
+                invalid += sum(not s.valid for s in traj.steps)
+                per_type[arena.task_types[(g, j)]].append(float(traj.success))
     return {
         "kind": "eval",
         "update": update,
-        "success": float(np.mean(succ)),
+        "success": float(succ.mean()),
+        "success_by_episode": succ.mean(axis=0).tolist(),
         "score": float(np.mean(score)),
         "invalid_rate": invalid / max(1, sum(steps)),
         "mean_steps": float(np.mean(steps)),
-        "episodes": len(succ),
+        "episodes": succ.size,
         "per_type": {t: float(np.mean(v)) for t, v in sorted(per_type.items())},
     }
 
@@ -1029,6 +1058,14 @@ def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
     return [Path(p) for p in ensure_generated(n=n, seed=0, task_types=cfg.task_types)]
 
 
+def _validation_mode(cfg: ArenaConfig) -> str:
+    """How the validation plays, in words (for the report)."""
+    if cfg.eval_temperature == 0:
+        return "greedy"
+    episodes = f"{cfg.val_episodes} episodes per task, " if cfg.val_episodes > 1 else ""
+    return f"{episodes}T = {cfg.eval_temperature:g}"
+
+
 def run_arena(
     cfg: ArenaConfig,
     methods: Sequence[str],
@@ -1103,7 +1140,8 @@ def run_arena(
     wall = time.perf_counter() - t0
     preamble = (
         f"Environment `{cfg.env}`; {cfg.updates} updates x {cfg.tasks_per_update} tasks x "
-        f"{cfg.group_size} siblings; {cfg.val_tasks} validation tasks every {cfg.eval_every} updates; "
+        f"{cfg.group_size} siblings; {cfg.val_tasks} validation tasks every {cfg.eval_every} updates "
+        f"({_validation_mode(cfg)}); "
         f"seeds {', '.join(map(str, seeds))}; wall time {wall / 60:.1f} min with {workers} worker(s)."
     )
     if command:
