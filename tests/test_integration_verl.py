@@ -35,6 +35,8 @@ EXPECTED = [
     *[f"test_sync_trainer_advantage_stage_equals_flat_advantages[{e}-{p}]"
       for e, p in (("gigpo", "params0"), ("graphgpo", "None"), ("mcgpo", "None"), ("rloo", "None"),
                    ("milegpo", "None"))],
+    "test_sync_trainer_passes_verl_agent_switches[gigpo-params0]",
+    "test_sync_trainer_passes_verl_agent_switches[graphgpo-params1]",
     "test_step_credit_by_hand_and_row_errors",
     "test_sync_trainer_refuses_kl_in_reward",
     "test_agent_loop_plays_webshop",

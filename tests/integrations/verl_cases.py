@@ -266,6 +266,32 @@ def test_sync_trainer_advantage_stage_equals_flat_advantages(transfer_queue, est
     assert metrics["rubricgym/rows"] == len(meta.keys) == 13 and metrics["rubricgym/groups"] == 2
 
 
+@pytest.mark.parametrize(("estimator", "params"), [
+    ("gigpo", {"similarity": 0.95}), ("graphgpo", {"similarity": 0.95, "normalize_distance": True}),
+])
+def test_sync_trainer_passes_verl_agent_switches(transfer_queue, estimator, params):
+    """verl-agent's enable_similarity / normalize_distance as algorithm.rubricgym parameters: text
+    states one character apart ("hall, door 1" / "hall, door 2", difflib ratio 22/24) merge."""
+    tq = transfer_queue
+
+    def text(key):
+        return None if key is None else f"{key[0]}: {', '.join(sorted(key[1])) or 'nothing'}"
+
+    groups = {uid: [Trajectory(t.task_id, t.slot, [Step(text(s.state_key), s.action, reward=s.reward,
+                                                         penalty=s.penalty, valid=s.valid,
+                                                         next_state_key=text(s.next_state_key)) for s in t.steps],
+                               score=t.score, success=t.success, truncated=t.truncated) for t in trajs]
+              for uid, trajs in _alfworld_like_groups().items()}
+    groups["p0"][2].steps[0].state_key = "hall: nothin"  # one character short of "hall: nothing"
+    meta, masks = _put_rows(tq, groups, order_seed=7, partition=f"similarity-{estimator}")
+    _sync_trainer(f"rubricgym_{estimator}", params)._compute_advantage(meta, {})
+    got = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["advantages"])
+    want = _reference(estimator, groups, meta.keys, params)
+    for r, (adv, mask) in enumerate(zip(got["advantages"].unbind(), masks)):
+        torch.testing.assert_close(adv, (mask.double() * want[r]).float(), rtol=0, atol=1e-6, msg=f"row {meta.keys[r]}")
+    assert not np.allclose(want, _reference(estimator, groups, meta.keys, None))
+
+
 def test_step_credit_by_hand_and_row_errors():
     """RLOO over two one-step sessions (rewards 10 and 0, rows in session order 1, 0): +10 / -10
     follow the rows, not the sessions."""

@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 
 from agent_envs.trajectory import Trajectory
+from wrappers.credit.base import CreditInputError
 from wrappers.credit.common import EPS, check_choice
+from wrappers.credit.similarity import check_similarity, cluster_texts
 
 __all__ = [
     "SUCCESS",
@@ -178,6 +180,14 @@ def compress_keys(keys: np.ndarray) -> np.ndarray:
     return np.unique(keys, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
 
+def _clusters(keys: Sequence[Hashable], similarity: float, group: int) -> tuple[list[int], int]:
+    """:func:`~wrappers.credit.similarity.cluster_texts` of one group's keys (errors name the group)."""
+    try:
+        return cluster_texts(keys, similarity)
+    except CreditInputError as exc:
+        raise CreditInputError(f"group {group}: {exc} (similarity needs str state keys)") from None
+
+
 class _LazySteps:
     """Iterates the steps of trajectories in row order (built only when a column is missing)."""
 
@@ -297,14 +307,24 @@ class RowTable:
         self.reward = cols.column("reward")
         self.penalty = cols.column("penalty")
 
-    def anchor_ids(self) -> tuple[np.ndarray, int]:
+    def anchor_ids(self, similarity: float | None = None) -> tuple[np.ndarray, int]:
         """Per row the anchor-group id of its ``state_key`` within its group (ids in order of
-        first appearance, never spanning groups), and the number of anchor groups."""
+        first appearance, never spanning groups), and the number of anchor groups.
+
+        ``similarity``: a threshold τ in (0, 1]: rows whose (text) state keys are similar
+        share an anchor group, clustered in row order against each cluster's first key
+        (:func:`~wrappers.credit.similarity.cluster_texts`); ``None``: equal keys only.
+        """
         keys = self.columns.column("state_key")
         bounds = self.offsets[self.group_traj].tolist()
         ids: list[int] = []
         total = 0
-        for a, b in pairwise(bounds):
+        for g, (a, b) in enumerate(pairwise(bounds)):
+            if similarity is not None:
+                labels, n = _clusters(keys[a:b], similarity, g)
+                ids.extend([total + k for k in labels])
+                total += n
+                continue
             index: dict[Hashable, int] = {}
             new = index.setdefault
             ids.extend([total + new(k, len(index)) for k in keys[a:b]])
@@ -373,28 +393,34 @@ class TransitionGraph(RowTable):
         action: Action-class id of every row (ids index :attr:`actions`).
         edge_u, edge_v: Distinct (u, v) edges (sorted by u·n_nodes + v).
         succ, pred: Distinct successors / predecessors of every node (lists of int lists).
+        similarity: ``None``, or the threshold τ the graph was built with: then each group's
+            text state keys with difflib ratio ≥ τ to a merged node's first key are that node
+            (:func:`~wrappers.credit.similarity.cluster_texts` over the state nodes in order of
+            first appearance; :data:`SUCCESS` and :class:`Terminal` nodes are never merged;
+            :attr:`indices` maps every merged key to its node, :attr:`keys` holds first keys).
     """
 
-    def __init__(self, group: Sequence[Trajectory]) -> None:
-        self._build([group])
+    def __init__(self, group: Sequence[Trajectory], similarity: float | None = None) -> None:
+        self._build([group], similarity)
 
     @classmethod
-    def from_groups(cls, groups: Sequence[Sequence[Trajectory]]) -> TransitionGraph:
+    def from_groups(cls, groups: Sequence[Sequence[Trajectory]], similarity: float | None = None) -> TransitionGraph:
         """One graph for a batch of groups (one disjoint component per group)."""
         self = cls.__new__(cls)
-        self._build(groups)
+        self._build(groups, similarity)
         return self
 
     @classmethod
-    def from_columns(cls, columns: StepColumns) -> TransitionGraph:
+    def from_columns(cls, columns: StepColumns, similarity: float | None = None) -> TransitionGraph:
         """The batch graph of :class:`StepColumns` (no groups or steps needed)."""
         self = cls.__new__(cls)
-        self._build(columns)
+        self._build(columns, similarity)
         return self
 
-    def _build(self, groups: Sequence[Sequence[Trajectory]] | StepColumns) -> None:
+    def _build(self, groups: Sequence[Sequence[Trajectory]] | StepColumns, similarity: float | None = None) -> None:
         cols = groups if isinstance(groups, StepColumns) else StepColumns.of_groups(groups)
         self._init_rows(cols)
+        self.similarity = check_similarity(similarity)
         per_traj = cols.trajectory_keys()
         group_traj, success = self.group_traj.tolist(), cols.success
         keys: list[Hashable] = []
@@ -406,7 +432,9 @@ class TransitionGraph(RowTable):
         src: list[int] = []  # group-local node ids; offset per group below
         dst: list[int] = []
         act: list[int] = []
+        counts: list[int] = []
         for g0, g1 in pairwise(group_traj):
+            row0 = len(src)
             index: dict[Hashable, int] = {}
             node = index.setdefault  # node(key, len(index)) -> local id, in order of appearance
             for i, k in enumerate(range(g0, g1)):
@@ -431,14 +459,20 @@ class TransitionGraph(RowTable):
                 src.extend(s_ids)
                 dst.extend(d_ids)
                 act.extend([act_id(x, len(actions)) for x in act_keys])
+            node_keys: list[Hashable] = list(index)
+            if self.similarity is not None:  # similar states become one node (its first key)
+                node_keys, remap = _merge_similar(node_keys, self.similarity, len(local))
+                index = {k: remap[v] for k, v in index.items()}
+                src[row0:] = [remap[v] for v in src[row0:]]
+                dst[row0:] = [remap[v] for v in dst[row0:]]
             node_offsets.append(len(keys))
             local.append(index)
-            keys.extend(index)
+            keys.extend(node_keys)
+            counts.append(len(node_keys))
             success_nodes.append(index[SUCCESS] + node_offsets[-1] if SUCCESS in index else -1)
         self._local = local
         self._node_offsets = node_offsets
         self._indices: list[dict[Hashable, int]] | None = None
-        counts = [len(ix) for ix in local]
         self.node_group = np.repeat(np.arange(self.n_groups, dtype=np.intp), counts)
         row_off = np.array(node_offsets, dtype=np.intp)[self.group] if self.n_groups else np.zeros(0, np.intp)
         self.keys = keys
@@ -542,12 +576,21 @@ class TransitionGraph(RowTable):
         top = segment_max(d[finite], self.node_group[finite], self.n_groups, initial=0.0)
         return np.where(finite, d, top[self.node_group] + 1.0)
 
-    def graph_returns(self, gamma: float, scale: float = 10.0, unreachable: str = "max_plus_one") -> np.ndarray:
-        """R^graph per row = scale·γ^{D(s_{t+1})} [SPEC §4.3; MCGPO A.3; MileGPO Eq. 1]."""
-        d = self.filled_distances(unreachable)[self.dst]
-        finite = np.isfinite(d)
-        out = np.zeros(d.shape)
-        out[finite] = scale * np.power(float(gamma), d[finite])
+    def graph_returns(self, gamma: float, scale: float = 10.0, unreachable: str = "max_plus_one",
+                      progress: bool = False) -> np.ndarray:
+        """R^graph per row = scale·γ^{D(s_{t+1})} [SPEC §4.3; MCGPO A.3; MileGPO Eq. 1].
+
+        ``progress=True`` (verl-agent's ``normalize_distance``): scale·γ^{D(s_{t+1}) − D(s_t) + 1},
+        the change of distance (1 closer: scale; no change: scale·γ; 1 farther: scale·γ²).
+        Either way a destination at D = ``inf`` (``unreachable="zero"``) gives 0.
+        """
+        d = self.filled_distances(unreachable)
+        exponent = d[self.dst]
+        finite = np.isfinite(exponent)
+        if progress:
+            exponent = np.where(finite, exponent - d[self.src] + 1.0, np.inf)
+        out = np.zeros(exponent.shape)
+        out[finite] = scale * np.power(float(gamma), exponent[finite])
         return out
 
     def max_product_potential(self, base: np.ndarray, omega: float) -> np.ndarray:
@@ -578,6 +621,26 @@ class TransitionGraph(RowTable):
                 if not done[u]:
                     heapq.heappush(heap, (-value, nd, origin, u))
         return phi
+
+
+def _merge_similar(keys: list[Hashable], similarity: float, group: int) -> tuple[list[Hashable], list[int]]:
+    """One group's node keys after merging similar states (:func:`~wrappers.credit.similarity.cluster_texts`
+    over the state nodes in node order; :data:`SUCCESS` and :class:`Terminal` nodes are never
+    merged): the merged nodes' keys (each a cluster's first key) and the new id of every old node."""
+    states = [k for k in keys if not (k is SUCCESS or type(k) is Terminal)]
+    labels, _ = _clusters(states, similarity, group)
+    cluster = dict(zip(states, labels))
+    merged: list[Hashable] = []
+    node_of: dict[int, int] = {}
+    remap = []
+    for k in keys:
+        c = cluster.get(k, -1) if not (k is SUCCESS or type(k) is Terminal) else -1
+        if c < 0 or c not in node_of:
+            merged.append(k)
+            if c >= 0:
+                node_of[c] = len(merged) - 1
+        remap.append(len(merged) - 1 if c < 0 else node_of[c])
+    return merged, remap
 
 
 def graph_stats_batch(graph: TransitionGraph, unreachable: str = "max_plus_one") -> list[dict[str, Any]]:

@@ -20,6 +20,28 @@ progress); penalties enter through Z in the episode term.  ``penalty_in_graph_re
 reproduces verl-agent's GraphGPO trainer, which adds the row penalty to the stored graph
 return before the anchor-group normalisation: R^graph_t = success_reward·γ^{D(s_{t+1})} +
 penalty_t (an invalid row gets 10·γ^D − 0.1).
+
+Two more options of verl-agent's GraphGPO, off by default:
+
+* ``normalize_distance=True`` (progress instead of proximity):
+  R^graph_t = success_reward·γ^{D(s_{t+1}) − D(s_t) + 1}.  Since D(s_t) ≤ 1 + D(s_{t+1}) on the
+  graph, the exponent is ≥ 0: a step 1 closer to success gets success_reward, one that keeps
+  the distance (a self-loop, an invalid action) success_reward·γ, one 1 farther
+  success_reward·γ²; D is the filled distance of the ``unreachable`` convention (under
+  ``"zero"`` a destination that cannot reach success still gives 0).
+* ``similarity=τ`` (``enable_similarity=True, similarity_thresh=τ``): before distances are
+  computed, the group's state nodes (source and destination keys, in order of first
+  appearance as nodes: trajectory by trajectory, each trajectory's states step by step, then its
+  explicit next states) are merged greedily: a state joins the first merged node whose first
+  key b has ``difflib.SequenceMatcher(None, state, b).ratio() >= τ``
+  (:mod:`wrappers.credit.similarity`), "reducing graph fragmentation from minor text
+  differences".  The virtual success node and the dead ends are never merged (a state is
+  never the success node, and a failed ending stays apart); so a merge can only shorten
+  distances.  Edges, D, R^graph, the anchor groups of A^G (rows sharing a merged source node)
+  and the diagnostics all use the merged nodes; the episode term does not change.
+
+Both combine with ``penalty_in_graph_return``: the penalty is added to whichever R^graph, after
+the merge, before the anchor-group normalisation.
 """
 
 from __future__ import annotations
@@ -40,6 +62,7 @@ from wrappers.credit.graph import (
     graph_stats_batch,
     segment_normalize,
 )
+from wrappers.credit.similarity import check_similarity
 
 __all__ = ["GraphCredit", "GraphGPO", "graphgpo_batch", "graphgpo_credit", "graphgpo_graph"]
 
@@ -79,6 +102,8 @@ def graphgpo_batch(
     episode_norm: str = "rows",
     graph: TransitionGraph | None = None,
     penalty_in_graph_return: bool = False,
+    similarity: float | None = None,
+    normalize_distance: bool = False,
 ) -> list[GraphCredit]:
     """GraphGPO task credit for a batch of groups, vectorised over the whole batch.
 
@@ -93,24 +118,31 @@ def graphgpo_batch(
         graph: A prebuilt :meth:`TransitionGraph.from_groups` of ``groups``.
         penalty_in_graph_return: Add each row's penalty to R^graph before the anchor-group
             normalisation (verl-agent's trainer); the returned ``returns`` include it.
+        similarity: Merge similar state nodes (threshold in (0, 1]; module docstring); a
+            prebuilt ``graph`` must have been built with the same value.
+        normalize_distance: Progress returns success_reward·γ^{D(s_{t+1}) − D(s_t) + 1}.
 
     Returns:
         One :class:`GraphCredit` per group, in order.
     """
-    g = TransitionGraph.from_groups(groups) if graph is None else graph
+    similarity = check_similarity(similarity)
+    g = TransitionGraph.from_groups(groups, similarity) if graph is None else graph
+    if g.similarity != similarity:
+        raise ValueError(f"the prebuilt graph merged states with similarity={g.similarity}, not {similarity}")
     return graphgpo_graph(g, gamma=gamma, success_reward=success_reward, unreachable=unreachable, norm=norm,
                           step_weight=step_weight, episode_weight=episode_weight, episode_norm=episode_norm,
-                          penalty_in_graph_return=penalty_in_graph_return)
+                          penalty_in_graph_return=penalty_in_graph_return, normalize_distance=normalize_distance)
 
 
 def graphgpo_graph(g: TransitionGraph, *, gamma: float = 0.1, success_reward: float = 10.0,
                    unreachable: str = "max_plus_one", norm: str = "mean_std", step_weight: float = 1.0,
                    episode_weight: float = 1.0, episode_norm: str = "rows",
-                   penalty_in_graph_return: bool = False) -> list[GraphCredit]:
+                   penalty_in_graph_return: bool = False, normalize_distance: bool = False) -> list[GraphCredit]:
     """:func:`graphgpo_batch` on a batch :class:`~wrappers.credit.graph.TransitionGraph`
-    (built from groups or from :class:`~wrappers.credit.graph.StepColumns`)."""
+    (built from groups or from :class:`~wrappers.credit.graph.StepColumns`; its states are
+    merged when it was built with ``similarity``)."""
     check_choice("norm", norm, NORMS)
-    r = g.graph_returns(gamma, success_reward, unreachable)
+    r = g.graph_returns(gamma, success_reward, unreachable, progress=normalize_distance)
     if penalty_in_graph_return:
         r = r + g.penalty
     step = segment_normalize(r, g.src, norm, g.n_nodes)
@@ -136,6 +168,12 @@ def graphgpo_credit(group: Sequence[Trajectory], **params: Any) -> GraphCredit:
         [[1.0, 10.0], [0.01, 0.01]]
         >>> [a.round(4).tolist() for a in c.step]
         [[0.7071, 0.0], [-0.7071, 0.0]]
+
+    Progress returns γ^{D(s_{t+1}) − D(s_t) + 1}: each winning step is 1 closer (10); the
+    loser's s0 (D 2) -> s2 (D 3) is 1 farther (10·γ² = 0.1), s2 -> its dead end (D 3) keeps
+    the distance (10·γ = 1):
+        >>> [r.round(4).tolist() for r in graphgpo_credit([win, loss], normalize_distance=True).returns]
+        [[10.0, 10.0], [0.1, 1.0]]
     """
     if "graph" in params and params["graph"] is not None and params["graph"].n_groups != 1:
         raise ValueError("graphgpo_credit needs a single-group graph; use graphgpo_batch for batches")
@@ -157,15 +195,31 @@ class GraphGPO(Estimator):
         episode_norm: ``"rows"`` or ``"trajectories"``.
         penalty_in_graph_return: Add the row penalty to R^graph before the anchor-group
             normalisation, as verl-agent's GraphGPO trainer does (default False: SPEC §4.3).
+        similarity: ``None`` (default: one node per distinct state) or a threshold τ in (0, 1]
+            (verl-agent's ``similarity_thresh``): text states with difflib ratio ≥ τ to a merged
+            node's first key become that node (module docstring).
+        normalize_distance: Progress returns success_reward·γ^{D(s_{t+1}) − D(s_t) + 1}
+            instead of success_reward·γ^{D(s_{t+1})} (verl-agent's ``normalize_distance``).
 
     ``CreditResult.shaped_rewards`` holds R^graph; ``stats`` holds ``nodes``, ``edges``,
     ``reuse_rate``, ``success_reachable_share``, ``tie_rate`` (see
     :func:`~wrappers.credit.graph.graph_stats`).
+
+    Example (merging shortens a distance: "hall, door 1" -> "hall, door 2" differ by one
+    character in 12, difflib ratio 22/24 ≈ 0.917; at τ = 0.9 they are one node, so the
+    loser's first step lands next to success, D = 1 (R = 10·0.1 = 1) instead of in a state
+    that cannot reach it, D = max 2 + 1 = 3 (R = 0.01); its dead end stays apart):
+        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> win = Trajectory("t", 0, [Step("start", "a"), Step("hall, door 1", "b", reward=10.0)], success=True)
+        >>> loss = Trajectory("t", 1, [Step("start", "c"), Step("hall, door 2", "d")])
+        >>> [GraphGPO(similarity=tau)([[win, loss]])[0].shaped_rewards[1].round(4).tolist() for tau in (None, 0.9)]
+        [[0.01, 0.01], [1.0, 0.01]]
     """
 
     def __init__(self, *, gamma: float = 0.1, success_reward: float = 10.0, unreachable: str = "max_plus_one",
                  norm: str = "mean_std", step_weight: float = 1.0, episode_weight: float = 1.0,
-                 episode_norm: str = "rows", penalty_in_graph_return: bool = False) -> None:
+                 episode_norm: str = "rows", penalty_in_graph_return: bool = False,
+                 similarity: float | None = None, normalize_distance: bool = False) -> None:
         check_choice("norm", norm, NORMS)
         check_choice("unreachable", unreachable, UNREACHABLE)
         check_choice("episode_norm", episode_norm, ("rows", "trajectories"))
@@ -179,16 +233,22 @@ class GraphGPO(Estimator):
         self.episode_weight = float(episode_weight)
         self.episode_norm = episode_norm
         self.penalty_in_graph_return = bool(penalty_in_graph_return)
+        self.similarity = check_similarity(similarity)
+        self.normalize_distance = bool(normalize_distance)
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
         """Credit for validated groups, in one vectorised pass over the batch."""
-        return self.compute_rows(TransitionGraph.from_groups(groups))
+        return self.compute_rows(TransitionGraph.from_groups(groups, self.similarity))
 
     def compute_rows(self, rows: RowTable) -> list[CreditResult]:
         """Credit for a :class:`~wrappers.credit.graph.RowTable` (its graph is built from its columns)."""
-        g = rows if isinstance(rows, TransitionGraph) else TransitionGraph.from_columns(rows.columns)
+        if isinstance(rows, TransitionGraph) and rows.similarity == self.similarity:
+            g = rows
+        else:
+            g = TransitionGraph.from_columns(rows.columns, self.similarity)
         credits = graphgpo_graph(g, gamma=self.gamma, success_reward=self.success_reward,
                                  unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
                                  episode_weight=self.episode_weight, episode_norm=self.episode_norm,
-                                 penalty_in_graph_return=self.penalty_in_graph_return)
+                                 penalty_in_graph_return=self.penalty_in_graph_return,
+                                 normalize_distance=self.normalize_distance)
         return [CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats) for c in credits]

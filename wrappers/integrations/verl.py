@@ -22,7 +22,9 @@ registers, idempotently:
   ``extra_fields["rubricgym"]`` carries the step (:func:`encode_row`).
 
 Estimator parameters come from ``algorithm.rubricgym`` (``+algorithm.rubricgym.gamma=0.95``),
-a mapping passed to :func:`wrappers.credit.get_estimator`.
+a mapping passed to :func:`wrappers.credit.get_estimator`; verl-agent's GiGPO/GraphGPO switches
+are among them: ``enable_similarity=True, similarity_thresh=τ`` is ``similarity=τ``, GraphGPO's
+``normalize_distance`` is ``normalize_distance`` (``+algorithm.rubricgym.similarity=0.95``).
 
 The trainer mode overrides ``PPOTrainer._compute_advantage``, a private method of verl's v1
 trainer: the extra pins ``verl>=0.9.1,<0.10``.  ``docs/integrations.md`` has the GPU launch
