@@ -61,6 +61,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between checks that a worker being waited for is still running (its reply ends the wait at once).
+_POLL_S = 0.5
+
 EnvFactory = Callable[[], Any]
 
 
@@ -114,7 +117,22 @@ def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
 
 
 class RolloutWorkerError(RuntimeError):
-    """An environment raised inside a worker process; carries the worker's traceback."""
+    """An environment raised inside a worker process (the message carries its traceback), or a
+    worker died or was stopped (the message names it)."""
+
+
+def _process_state(pid: int | None) -> str:
+    """The process state letter of ``pid`` from Linux ``/proc`` (``"T"``: stopped by a signal,
+    ``"Z"``: exited); ``""`` where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, ValueError):
+        return ""
+
+
+class _WorkerStopped(ChildProcessError):
+    """A worker that is stopped (SIGSTOP/SIGTSTP), so its reply never comes."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -256,8 +274,8 @@ class EnvPool:
             if not positions or w in dead:
                 continue
             try:  # every live worker's reply is read, so the pipes stay in step
-                status, payload = self.conns[w].recv()
-            except (EOFError, OSError) as exc:  # killed during the call
+                status, payload = self._receive(w)
+            except (EOFError, OSError) as exc:  # killed or stopped during the call
                 dead[w] = exc
                 continue
             if status != "ok":
@@ -267,13 +285,28 @@ class EnvPool:
                 out[p] = result
         if dead:
             w = min(dead)
-            raise RolloutWorkerError(f"{self.name}: {self._describe_dead(w)}") from dead[w]
+            raise RolloutWorkerError(f"{self.name}: {self._describe_dead(w, dead[w])}") from dead[w]
         if errors:
             raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n" + "\n".join(errors))
         return out
 
-    def _describe_dead(self, w: int) -> str:
+    def _receive(self, w: int) -> Any:
+        """Worker ``w``'s reply; checks every :data:`_POLL_S` seconds of waiting that the worker
+        still runs, so a dead worker raises ``EOFError`` and a stopped one :class:`_WorkerStopped`
+        (the stopped state is read from Linux ``/proc``) instead of the wait never ending."""
+        conn, proc = self.conns[w], self.procs[w]
+        while not conn.poll(_POLL_S):
+            if not proc.is_alive():
+                raise EOFError(f"rollout worker {w} exited without replying")
+            if _process_state(proc.pid) == "T":
+                raise _WorkerStopped(f"rollout worker {w} is stopped")
+        return conn.recv()
+
+    def _describe_dead(self, w: int, exc: BaseException) -> str:
         proc = self.procs[w]
+        if isinstance(exc, _WorkerStopped):
+            return (f"rollout worker {w} (pid {proc.pid}) is stopped (by SIGSTOP or SIGTSTP), so its reply would "
+                    "never come; its environments are lost, close this pool and make a new one")
         proc.join(timeout=1.0)
         code = proc.exitcode
         how = "is still running but its pipe is closed" if code is None else (
@@ -309,6 +342,8 @@ class EnvPool:
             except (OSError, BrokenPipeError):
                 pass
         for proc in self.procs:
+            if _process_state(proc.pid) == "T":  # a stopped worker reads no None and ignores SIGTERM
+                proc.kill()
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.terminate()

@@ -109,3 +109,35 @@ def test_bad_environment_variables_are_named(monkeypatch) -> None:
     monkeypatch.setenv("RUBRICGYM_ENV_KWARGS", "[1, 2]")
     with pytest.raises(ValueError, match="RUBRICGYM_ENV_KWARGS must be a JSON object"):
         openrlhf_agent.AgentConfig.from_environ()
+
+
+def test_an_episode_ended_by_the_token_budget_is_recorded_and_pooled(env_vars, tokenizer) -> None:
+    """OpenRLHF stops a sample when ``max_length`` tokens are used up, without telling the
+    agent: the episode used to stay open, its environment was never pooled and no trajectory
+    was kept (0 idle environments and 0 trajectories after 3 samples)."""
+    executor = load_agent_file()
+    pool = executor.module._POOL
+    _, engine = run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
+    first_prompt = len(engine.seen[0])
+    (idle,) = pool.idle.values()
+    env = idle[0]
+    # room for the first prompt and one response; the next user turn (a results page) overflows it
+    budget = first_prompt + 100
+    for _ in range(3):
+        out, engine = run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0), max_length=budget)
+        assert len(engine.seen) == 1 and len(out["action_ranges"]) == 1  # OpenRLHF stopped after one decision
+        assert idle == [env]  # the environment came back to the pool and the next sample reused it
+    won, *cut = executor.last_trajectories
+    assert won.success and not won.truncated and len(cut) == 3
+    assert all(t.truncated and not t.success and [s.action for s in t.steps] == WIN[:1] for t in cut)
+
+
+def test_an_engine_failure_closes_the_episode_environment(env_vars, tokenizer, monkeypatch) -> None:
+    executor = load_agent_file()
+    pool, episode_cls = executor.module._POOL, executor.module.TextEpisode
+    closed = []
+    monkeypatch.setattr(episode_cls, "close", lambda self: closed.append(self) or self.env.close())
+    with pytest.raises(IndexError):  # the stand-in engine runs out of responses mid-episode
+        run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN[:2]], task_prompt(0))
+    assert len(closed) == 1 and len(closed[0].steps) == 2  # the half-played episode's environment
+    assert not any(pool.idle.values()) and not executor.last_trajectories

@@ -68,6 +68,24 @@ def test_invalid_responses_are_penalised_and_max_turns_ends(config: dict) -> Non
     env.close()
 
 
+def test_the_generators_max_turns_ends_the_episode(config: dict) -> None:
+    """SkyRL's generator passes ``generator.max_turns`` as ``extras["max_turns"]`` (and ends a
+    trajectory only when the environment says done): it used to be ignored, so an episode
+    given 2 turns ran on to the env_config's limit."""
+    for env_config, extras in (({**config, "max_turns": 6}, {"task": 0, "max_turns": 2}),
+                               ({k: v for k, v in config.items() if k != "max_turns"}, {"task": 0, "max_turns": 2}),
+                               ({**config, "max_turns": 2}, {"task": 0, "max_turns": 6})):  # the smaller limit wins
+        env = skyrl_gym.make("rubricgym", env_config=env_config, extras=extras)
+        outs = play(env, WIN)
+        assert env.max_turns == 2 and [o["done"] for o in outs] == [False, True]
+        assert env.trajectory().truncated and [s.action for s in env.steps] == WIN[:2]
+        env.close()
+    with pytest.raises(ValueError, match=r"extras\['max_turns'\] \(generator.max_turns\) must be a positive int, got 0"):
+        skyrl_gym.make("rubricgym", env_config=config, extras={"task": 0, "max_turns": 0})
+    with pytest.raises(ValueError, match=r"env_config\['max_turns'\] must be a positive int, got '3'"):
+        skyrl_gym.make("rubricgym", env_config={**config, "max_turns": "3"}, extras={"task": 0})
+
+
 def test_recorded_trajectories_feed_step_level_credit(config: dict) -> None:
     trajs = []
     for slot, actions in enumerate([WIN, WIN[:1] + ["click[b000000002]", "click[buy now]"]]):

@@ -224,3 +224,35 @@ def test_runs_group_by_setting_and_pair_only_within_one(tmp_path: Path) -> None:
     assert f"| grpo | mcgpo@{sid_a} | -20.0 |" in result.output and not (a / "results.md").exists()  # files only with --out
     result = CliRunner().invoke(app, ["report", str(tmp_path / "nowhere")])
     assert result.exit_code == 2 and "no such file or folder" in result.output
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGXFSZ"), reason="needs RLIMIT_FSIZE (POSIX)")
+def test_a_failed_write_leaves_the_previous_report_whole(tmp_path: Path) -> None:
+    """The disk fills while ``results.json`` is being written (RLIMIT_FSIZE makes every write past
+    the limit fail, as a full disk does): the previous report's files stay whole and no temporary
+    file is left (the old code truncated ``results.json`` first, leaving half a file)."""
+    import resource
+    import signal
+
+    from trainers.report import write_report
+
+    _fake_run(tmp_path / "runs" / "grpo0", "grpo", 0, [0.0, 0.2, 0.4])
+    out = tmp_path / "report"
+    write_report(find_runs([tmp_path / "runs"]), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(before) == ["curves.png", "diagnostics.png", "results.json", "results.md"]
+    for seed in range(1, 6):
+        _fake_run(tmp_path / "runs" / f"mc{seed}", "mcgpo", seed, [0.0, 0.1 * seed, 0.2])
+    limit = len(before["results.json"]) + 16  # the new summary is several times longer
+    old_limit, old_handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
+        with pytest.raises(OSError):
+            write_report(find_runs([tmp_path / "runs"]), out)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    json.loads(before["results.json"])
+    assert len(write_report(find_runs([tmp_path / "runs"]), out)["methods"]) == 2  # and the next write works
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)

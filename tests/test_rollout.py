@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import pytest
 
@@ -163,3 +165,40 @@ def test_a_killed_worker_raises_rollout_worker_error(when):
             call()
     finally:
         pool.close()
+
+
+def test_a_stopped_worker_raises_instead_of_hanging():
+    """A worker stopped by SIGSTOP never replies: ``GroupRunner.run`` used to wait forever.  It
+    now names the stopped worker; ``close`` kills it (a stopped process ignores SIGTERM)."""
+    import os
+    import signal
+    import threading
+
+    from agent_envs.rollout import EnvPool, RolloutWorkerError
+
+    pool = EnvPool("CartPole-v1", n=2, workers=2)
+    victim = pool.procs[1]
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            GroupRunner(pool).run([0], per_episode(lambda obs, info: "unused"), group_size=2)
+        except BaseException as exc:  # noqa: BLE001  (checked below)
+            outcome.append(exc)
+
+    try:
+        assert len(pool.reset([(0, 1, None), (1, 1, None)])) == 2  # both workers are up
+        os.kill(victim.pid, signal.SIGSTOP)
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(timeout=120)  # a hang guard, not a time measurement
+        hung = thread.is_alive()
+        if hung:
+            os.kill(victim.pid, signal.SIGCONT)  # let the old code's wait end
+            thread.join(timeout=30)
+        assert not hung, "GroupRunner.run still waits for the stopped worker"
+        assert len(outcome) == 1 and isinstance(outcome[0], RolloutWorkerError), outcome
+        assert re.search(rf"rollout worker 1 \(pid {victim.pid}\) is stopped \(by SIGSTOP or SIGTSTP\)", str(outcome[0]))
+    finally:
+        pool.close()
+    assert victim.exitcode == -signal.SIGKILL

@@ -165,6 +165,9 @@ def _run(console: Console, cfg: ArenaConfig, methods: list[str], seed_list: list
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
+    except OSError as exc:  # the output folder cannot be written (a file in the way, no permission, disk full)
+        console.print(f"[red]error:[/red] --output-dir {output_dir}: {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
     console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
     console.print(f"wall time {summary['wall_seconds'] / 60:.1f} min; curves: {output_dir / 'curves.png'}")
 

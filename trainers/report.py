@@ -44,7 +44,8 @@ import math
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,25 @@ _NOT_SETTING = {
                           "rollout_batch_size", "logprob_batch_rows"}),
     "arena": frozenset({"save_rollouts", "memo", "fast_grammar"}),
 }
+
+
+@contextmanager
+def _replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write; it replaces ``path`` when the block ends
+    without an error (``os.replace``, atomic), else it is removed and ``path`` is left as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a reader sees the old file or the new one, whole)."""
+    with _replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 class RunInfo(dict):
@@ -508,7 +528,7 @@ def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | No
                 lines.append(f"* **{label}**: {body}")
     text = "\n".join(lines) + "\n"
     if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
+        _write_text(path, text)
     return text
 
 
@@ -569,7 +589,8 @@ def plot_curves(runs: Sequence[RunInfo], path: str | os.PathLike[str], *, title:
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
 
 
@@ -607,7 +628,8 @@ def plot_diagnostics(runs: Sequence[RunInfo], path: str | os.PathLike[str], *, m
     if names:
         axes.flat[0].legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path)
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
     return names
 
@@ -615,11 +637,14 @@ def plot_diagnostics(runs: Sequence[RunInfo], path: str | os.PathLike[str], *, m
 def write_report(runs: Sequence[RunInfo], out_dir: str | os.PathLike[str], *, baseline: str | None = None,
                  title: str = "Run comparison", preamble: str = "") -> dict[str, Any]:
     """Write ``results.md``, ``results.json``, ``curves.png`` and ``diagnostics.png`` of
-    ``runs`` into ``out_dir``; returns the :func:`summarize` summary."""
+    ``runs`` into ``out_dir``; returns the :func:`summarize` summary.
+
+    Each file is written atomically: an interrupted or failed write leaves the previous
+    report's file whole."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarize(runs, baseline)
-    (out_dir / "results.json").write_text(json.dumps(summary, indent=2, default=float), encoding="utf-8")
+    _write_text(out_dir / "results.json", json.dumps(summary, indent=2, default=float))
     write_markdown(summary, out_dir / "results.md", title=title, preamble=preamble)
     plot_curves(runs, out_dir / "curves.png", title=title)
     plot_diagnostics(runs, out_dir / "diagnostics.png")
@@ -662,7 +687,8 @@ def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
     return path
 
@@ -727,7 +753,7 @@ def write_run_report(run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
     run = load_run(run_dir)
     png = plot_runs([run], Path(run_dir) / "curves.png")
     txt = Path(run_dir) / "summary.txt"
-    txt.write_text(summary_text(run))
+    _write_text(txt, summary_text(run))
     return png, txt
 
 

@@ -58,6 +58,9 @@ def report(
     except (FileNotFoundError, MetricFileError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
+    except OSError as exc:  # the report's folder cannot be written (--out a file, no permission, disk full)
+        console.print(f"[red]error:[/red] cannot write the report: {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
     if each or len(runs) == 1:
         for r in runs:
             typer.echo(summary_text(r))

@@ -60,6 +60,24 @@ def parse_train_args(args: list[str]) -> tuple[Any, Path | None]:
     return cfg.validate(), run_dir
 
 
+def _check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Make (and close) the environment once, before a run folder is made, so a bad id, keyword
+    argument or missing data set is a :class:`~trainers.config.ConfigError` naming the field."""
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401  (registers the rubricgym ids)
+    from trainers.config import ConfigError
+
+    try:
+        gym.make(env_id, **env_kwargs).close()
+    except gym.error.Error as exc:
+        raise ConfigError(f"env_id {env_id!r}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # gym.make names the environment and the kwargs
+        raise ConfigError(f"env_kwargs {env_kwargs!r}: {exc}") from None
+    except OSError as exc:  # missing data: the message says how to install it
+        raise ConfigError(f"env_id {env_id!r}: {exc}") from None
+
+
 def _take_option(args: list[str], name: str) -> str | None:
     """Remove ``name VALUE`` (or ``name=VALUE``) from ``args`` and return VALUE."""
     for i, arg in enumerate(args):
@@ -90,12 +108,18 @@ def train(ctx: typer.Context) -> None:
         return
     try:
         cfg, run_dir = parse_train_args(args)
+        _check_env(cfg.env_id, cfg.env_kwargs)
     except ConfigError as exc:
-        console.print(f"[red]invalid configuration:[/red] {exc}")
+        console.print(f"[red]invalid configuration:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
     from trainers.trainer import Trainer
 
-    trainer = Trainer(cfg, run_dir, resume=run_dir is not None)
+    try:
+        trainer = Trainer(cfg, run_dir, resume=run_dir is not None)
+    except (OSError, ValueError) as exc:  # a run folder in the way, missing data, a bad task split
+        log.debug("the trainer could not start", exc_info=True)
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
     summary = trainer.train()
     if trainer.accelerator.is_main_process:
         console.print(f"[bold green]done[/bold green]: run folder {summary['run_dir']}")

@@ -82,19 +82,19 @@ def alfworld_tasks(
     """List the task ids of a split, with the index `reset(options={"task": i})` takes."""
     from rich.console import Console
 
+    from agent_envs.alfworld import data
+
     console = Console()
-    if split == "generated":
-        from agent_envs.alfworld.env import ALFWorldRubricEnv
+    try:
+        if split == "generated":
+            from agent_envs.alfworld.env import ALFWorldRubricEnv
 
-        ids = ALFWorldRubricEnv(split="generated", task_types=task_type or None).task_ids()
-    else:
-        from agent_envs.alfworld import data
-
-        try:
+            ids = ALFWorldRubricEnv(split="generated", task_types=task_type or None).task_ids()
+        else:
             ids = data.list_tasks(split, data_root, task_type or None)
-        except (data.DataNotFoundError, ValueError) as exc:
-            console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
-            raise typer.Exit(1) from exc
+    except (data.DataNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
     for index, task_id in enumerate(ids):
         typer.echo(f"{index}\t{task_id}")  # plain, tab-separated: easy to grep/cut
 

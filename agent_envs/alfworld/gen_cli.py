@@ -49,6 +49,9 @@ def generate_alfworld(
         )
     except (TypeError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from exc
+    except OSError as exc:  # --out is not a writable folder
+        console.print(f"[red]error:[/red] --out {out}: {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
     elapsed = time.perf_counter() - started
     counts = Counter(p.parent.parent.name.split("-", 1)[0] for p in paths)
     table = Table("task type", "games")

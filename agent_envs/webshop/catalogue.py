@@ -38,6 +38,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from agent_envs.webshop.generator import MAX_PRODUCTS
 from agent_envs.webshop.goals import Goal, human_goals, shuffle_goals, split_bounds, synthetic_goals
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "Product",
     "check_human",
     "check_ins_v2",
+    "check_int",
     "default_data_dir",
     "find_real_files",
     "get_catalogue",
@@ -346,17 +350,44 @@ def load_raw_files(directory: str | os.PathLike[str], verify: bool = True) -> tu
 
 
 # --------------------------------------------------------------------------- catalogue
+def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an ``int`` if it is an integer (numpy's too, a bool is not) within the bounds.
+
+    Raises:
+        ValueError: naming ``name``, for anything else.
+
+    Example:
+        >>> check_int("limit", np.int64(3), minimum=1)
+        3
+        >>> check_int("limit", "3", minimum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: limit must be an integer >= 1, got '3' (str)
+    """
+    bounds = (f" from {minimum:_} to {maximum:_}" if minimum is not None and maximum is not None
+              else f" >= {minimum:_}" if minimum is not None else "")
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not ok or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:50]}..."
+        raise ValueError(f"{name} must be an integer{bounds}, got {shown} ({type(value).__name__})")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class CatalogueSpec:
     """What catalogue to build (the process-wide cache key).
 
     Attributes:
         source: ``"generated"`` or a directory holding upstream's files.
-        num_products: Generated size (ignored for real files unless ``limit`` is set).
+        num_products: Generated size, 1 to :data:`~agent_envs.webshop.generator.MAX_PRODUCTS`
+            (ignored for real files).
         seed: Generator seed (generated catalogues).
         price_seed: Seed for range prices and price ceilings.
         verify: Verify real files against the published sha256.
-        limit: Keep only the first ``limit`` raw products (upstream's ``num_products``).
+        limit: Keep only the first ``limit`` raw products (upstream's ``num_products``), >= 1.
+
+    Raises:
+        ValueError: naming the field, for a size, seed or limit that is not an integer in range.
     """
 
     source: str = "generated"
@@ -365,6 +396,13 @@ class CatalogueSpec:
     price_seed: int = 0
     verify: bool = True
     limit: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_products", check_int("num_products", self.num_products, 1, MAX_PRODUCTS))
+        object.__setattr__(self, "seed", check_int("seed", self.seed))
+        object.__setattr__(self, "price_seed", check_int("price_seed", self.price_seed))
+        if self.limit is not None:
+            object.__setattr__(self, "limit", check_int("limit", self.limit, 1))
 
 
 class Catalogue:

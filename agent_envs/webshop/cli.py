@@ -38,13 +38,13 @@ def install_webshop_data(
     console = Console()
     paths = find_real_files(source)
     if paths is None:
-        console.print(f"[red]{source}: no complete WebShop file set (items_shuffle_1000.json + "
-                      "items_ins_v2_1000.json + items_human_ins.json)[/red]")
+        console.print(f"[red]error:[/red] {source}: no complete WebShop file set (items_shuffle_1000.json + "
+                      "items_ins_v2_1000.json + items_human_ins.json)", soft_wrap=True)
         raise typer.Exit(1)
     try:
         digests = verify_files(paths, strict=verify) if verify else {}
     except CatalogueError as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
     target = (dest or default_data_dir()).expanduser()
     target.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def install_webshop_data(
 
 def generate_webshop(
     out: Path = typer.Option(..., "--out", help="Directory to write the three JSON files to."),
-    num_products: int = typer.Option(1000, "--num-products", min=1, help="Number of products."),
+    num_products: int = typer.Option(1000, "--num-products", min=1, help="Number of products (at most 100,000)."),
     seed: int = typer.Option(0, "--seed", help="Generator seed."),
 ) -> None:
     """Write a seeded generated WebShop catalogue in upstream's raw format."""
@@ -65,9 +65,17 @@ def generate_webshop(
 
     from agent_envs.webshop.generator import generate_raw, write_raw
 
-    raw = generate_raw(num_products, seed)
-    paths = write_raw(raw, out)
     console = Console()
+    try:
+        raw = generate_raw(num_products, seed)
+    except ValueError as exc:  # more products than the generator makes
+        console.print(f"[red]error:[/red] --num-products: {exc}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    try:
+        paths = write_raw(raw, out)
+    except OSError as exc:
+        console.print(f"[red]error:[/red] --out {out}: {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
     for key, path in paths.items():
         console.print(f"{key}: {path}")
     n_human = sum(len(v) for v in raw.items_human_ins.values())

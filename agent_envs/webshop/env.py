@@ -37,10 +37,12 @@ from agent_envs.webshop import rubric as rb
 from agent_envs.webshop.catalogue import (
     Catalogue,
     CatalogueSpec,
+    check_int,
     default_data_dir,
     find_real_files,
     get_catalogue,
 )
+from agent_envs.webshop.generator import MAX_PRODUCTS
 from agent_envs.webshop.goals import SPLITS, Goal
 from agent_envs.webshop.scorer import NounTagger, get_tagger
 from agent_envs.webshop.session import (
@@ -154,8 +156,17 @@ def resolve_catalogue_spec(catalogue: str | os.PathLike[str], num_products: int,
         source = str(default_data_dir()) if real is not None else "generated"
     if source != "generated":
         source = str(os.path.abspath(os.path.expanduser(source)))
-    return CatalogueSpec(source=source, num_products=int(num_products), seed=int(seed),
-                         price_seed=int(price_seed), verify=bool(verify), limit=limit)
+    return CatalogueSpec(source=source, num_products=check_int("num_products", num_products, 1, MAX_PRODUCTS),
+                         seed=check_int("catalogue_seed", seed), price_seed=check_int("price_seed", price_seed),
+                         verify=bool(verify), limit=None if limit is None else check_int("limit", limit, 1))
+
+
+def _finite(name: str, value: Any) -> float:
+    """``value`` as a float if it is a finite real number (numpy's too, a bool is not)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r:.60} ({type(value).__name__})")
+    return float(value)
 
 
 class WebShopRubricEnv(gym.Env[str, str]):
@@ -164,22 +175,27 @@ class WebShopRubricEnv(gym.Env[str, str]):
     Args:
         catalogue: ``"auto"`` (installed upstream files win, else generated), ``"generated"``,
             or a directory with upstream's files (verified by sha256).
-        num_products: Size of the generated catalogue.
+        num_products: Size of the generated catalogue, 1 to
+            :data:`~agent_envs.webshop.generator.MAX_PRODUCTS` (100 000).
         catalogue_seed: Generator seed.
         price_seed: Seed of range prices and price ceilings.
         verify: Verify real files against their published sha256.
-        limit: Use only the first ``limit`` raw products (upstream's ``num_products``).
+        limit: Use only the first ``limit`` raw products (upstream's ``num_products``), >= 1.
         goal_kind: ``"human"`` (upstream's default) or ``"synthetic"``.
         split: Default split for tasks sampled at reset: ``test``, ``eval``, ``train``, ``all``.
         observation_mode: ``"text"`` or ``"text_rich"``.
         max_steps: Horizon (15).
         invalid_penalty: Penalty for an inadmissible action (-0.1).
-        success_reward: Task reward of a purchase with score >= 0.999 (10).
+        success_reward: Task reward of a purchase with score >= 0.999 (10); both finite numbers.
         tagger: Noun tagger of r_type: ``"auto"`` (spaCy model if installed, else the lexicon
             fallback, flagged), ``"spacy"``, ``"spacy:<model>"``, ``"lexicon"``.
         server_url: Play against a running WebShop server (needs the server module).
         browser: Drive the server through headless Chromium (needs the browser module).
         render_mode: ``"ansi"`` or None.
+
+    Raises:
+        ValueError: naming the argument, for a size, seed, limit or horizon that is not an integer
+            in range (a bool is not one), or a reward that is not a finite number.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
@@ -210,8 +226,9 @@ class WebShopRubricEnv(gym.Env[str, str]):
             raise ValueError(f"split must be one of {', '.join((*SPLITS, 'all'))}, got {split!r}")
         if goal_kind not in ("human", "synthetic"):
             raise ValueError(f"goal_kind must be 'human' or 'synthetic', got {goal_kind!r}")
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
+        max_steps = check_int("max_steps", max_steps, 1)
+        invalid_penalty = _finite("invalid_penalty", invalid_penalty)
+        success_reward = _finite("success_reward", success_reward)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         self.spec_catalogue = resolve_catalogue_spec(catalogue, num_products, catalogue_seed,
@@ -222,8 +239,8 @@ class WebShopRubricEnv(gym.Env[str, str]):
         self.split = split
         self.observation_mode = observation_mode
         self.max_steps = max_steps
-        self.invalid_penalty = float(invalid_penalty)
-        self.success_reward = float(success_reward)
+        self.invalid_penalty = invalid_penalty
+        self.success_reward = success_reward
         self.render_mode = render_mode
         self.server_url = server_url
         self.browser = bool(browser)

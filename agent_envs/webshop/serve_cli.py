@@ -48,7 +48,7 @@ def serve_webshop(
 
     console = Console(stderr=True)
     if goal_kind not in ("human", "synthetic"):
-        console.print(f"[red]--goal-kind must be 'human' or 'synthetic', got {goal_kind!r}[/red]")
+        console.print(f"[red]error:[/red] --goal-kind must be 'human' or 'synthetic', got {goal_kind!r}", soft_wrap=True)
         raise typer.Exit(2)
     source = str(data) if data is not None else "auto"
     try:
@@ -56,7 +56,7 @@ def serve_webshop(
         catalogue = get_catalogue(spec)
         app = create_app(catalogue, tagger=tagger, goal_kind=goal_kind, max_sessions=max_sessions)
     except (CatalogueError, ValueError, ImportError) as exc:
-        console.print(f"[red]{exc}[/red]")
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
     shop = app.extensions["webshop"]
     console.print(f"[green]WebShop[/green] {catalogue.description}: {len(catalogue.products)} products, "

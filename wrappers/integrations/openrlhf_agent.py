@@ -22,7 +22,8 @@ environment feedback.  OpenRLHF sums the step rewards into the sample's reward: 
 advantage estimators are a fixed list (no registry), so the credit is outcome-level.  The
 decisions are recorded as :class:`~agent_envs.trajectory.Step` objects
 (``RubricAgent.episode.steps``; :attr:`AgentExecutor.last_trajectories` keeps the finished
-episodes of the process) for step-level credit with rubricgym's estimators.
+episodes of the process, those OpenRLHF cut short at its token budget as truncated) for
+step-level credit with rubricgym's estimators.
 """
 
 from __future__ import annotations
@@ -132,11 +133,7 @@ class RubricAgent(AgentInstanceBase):
         r = ep.step(states["action_text"])
         if r.done:
             feedback = ""
-            traj = ep.trajectory(slot=0)
-            _POOL.release(self.config, ep)
-            self.episode = None
-            if self.on_done is not None:
-                self.on_done(traj)
+            self._finish()
         else:
             feedback = r.text if self.tokenizer is None else chat_next_turn(self.tokenizer, r.text)
         score = float(r.info.get("score", 0.0))
@@ -147,6 +144,29 @@ class RubricAgent(AgentInstanceBase):
             "done": r.done,
             "extra_logs": {"valid": torch.tensor(float(r.step.valid)), "won": torch.tensor(float(r.info.get("won", False)))},
         }
+
+    def stop(self) -> None:
+        """End an episode OpenRLHF stopped before it was done (the sample's token budget ran
+        out): it is recorded as truncated and its environment goes back to the pool.  Nothing
+        happens after a finished episode."""
+        if self.episode is not None:
+            self.episode.stop()
+            self._finish()
+
+    def discard(self) -> None:
+        """Close the environment of an episode that failed (it does not go back to the pool)."""
+        ep, self.episode = self.episode, None
+        if ep is not None:
+            ep.close()
+
+    def _finish(self) -> None:
+        """Record the ended episode and give its environment back to the pool."""
+        ep, self.episode = self.episode, None
+        assert ep is not None
+        traj = ep.trajectory(slot=0)
+        _POOL.release(self.config, ep)
+        if self.on_done is not None:
+            self.on_done(traj)
 
 
 class AgentExecutor(MultiTurnAgentExecutor):
@@ -162,12 +182,29 @@ class AgentExecutor(MultiTurnAgentExecutor):
 
     async def execute(self, prompt: Any, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
                       llm_engine: Any, images: Any = None) -> dict:
-        """OpenRLHF's multi-turn loop, with agents bound to ``hf_tokenizer``."""
+        """OpenRLHF's multi-turn loop, with agents bound to ``hf_tokenizer``.
+
+        OpenRLHF ends a sample when its episode is done or when the sample's ``max_length``
+        tokens are used up; an episode ended by the budget is recorded as truncated (and its
+        environment reused).  If the loop raises, the episode's environment is closed."""
         cfg = self.config or AgentConfig.from_environ()
         done: list[Trajectory] = []
+        agents: list[RubricAgent] = []
+
+        def make_agent() -> RubricAgent:
+            agents.append(RubricAgent(cfg, hf_tokenizer, done.append))
+            return agents[-1]
+
         # The base execute() builds its instance before its first await, so concurrent
         # executions each get the factory set here.
-        self.agent_instance_cls = lambda: RubricAgent(cfg, hf_tokenizer, done.append)
-        out = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        self.agent_instance_cls = make_agent
+        try:
+            out = await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        except BaseException:
+            for agent in agents:
+                agent.discard()
+            raise
+        for agent in agents:
+            agent.stop()
         self.last_trajectories.extend(done)
         return out

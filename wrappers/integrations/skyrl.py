@@ -7,7 +7,11 @@ then builds one per sample with ``skyrl_gym.make(env_class, env_config=..., extr
 * ``env_config`` (SkyRL: ``environment.skyrl_gym.rubricgym``): ``env_id`` (default
   ``"WebShop-Rubric-v0"``), ``env_kwargs`` (for ``gym.make``), ``style``, ``list_actions``,
   ``compact``, ``max_turns``;
-* ``extras`` (one dataset row): ``task``, ``seed``, ``split`` — the task to reset to.
+* ``extras`` (one dataset row): ``task``, ``seed``, ``split`` — the task to reset to; SkyRL's
+  generator adds ``max_turns`` (its ``generator.max_turns``).
+
+The turn limit is the smaller of ``env_config``'s and ``extras``' ``max_turns`` where both are
+given (50 where neither is); the environment's own horizon also ends an episode.
 
 ``init`` ignores the dataset prompt and returns the environment's first decision prompt;
 ``step`` parses ``<action>…</action>``, steps the environment and returns the next decision
@@ -71,13 +75,30 @@ def _plain(cfg: Any) -> dict[str, Any]:
     return dict(cfg)
 
 
+def _turn_limit(configured: Any, generator: Any) -> int:
+    """The smaller of ``env_config["max_turns"]`` and ``extras["max_turns"]`` (SkyRL's
+    ``generator.max_turns``) where given; 50 where neither is."""
+    limits = []
+    for where, value in (("env_config['max_turns']", configured), ("extras['max_turns'] (generator.max_turns)", generator)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where} must be a positive int, got {value!r}")
+        limits.append(value)
+    return min(limits, default=50)
+
+
 class RubricTextEnv(BaseTextEnv):
     """A rubricgym environment behind SkyRL's text-environment interface.
 
     Args:
         env_config: ``env_id``, ``env_kwargs``, ``style``, ``list_actions``, ``compact``,
             ``max_turns`` (see the module docstring).
-        extras: The dataset row: ``task``, ``seed``, ``split``.
+        extras: The dataset row: ``task``, ``seed``, ``split``, and ``max_turns`` (SkyRL's
+            generator sets it to ``generator.max_turns``).
+
+    Raises:
+        ValueError: a ``max_turns`` that is not a positive integer (naming where it came from).
     """
 
     def __init__(self, env_config: Any = None, extras: Mapping[str, Any] | None = None) -> None:
@@ -87,7 +108,7 @@ class RubricTextEnv(BaseTextEnv):
         if unknown:
             raise ValueError(f"unknown rubricgym env_config keys {sorted(unknown)}; expected {', '.join(_CONFIG_KEYS)}")
         extras = dict(extras or {})
-        self.max_turns = int(cfg.get("max_turns") or 50)
+        self.max_turns = _turn_limit(cfg.get("max_turns"), extras.get("max_turns"))
         self.episode = TextEpisode(cfg.get("env_id", "WebShop-Rubric-v0"), cfg.get("env_kwargs") or {},
                                    style=cfg.get("style", "action_only"), list_actions=cfg.get("list_actions", True),
                                    compact=cfg.get("compact", False), max_steps=self.max_turns)
