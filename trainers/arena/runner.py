@@ -140,9 +140,9 @@ ENV_PRESETS: dict[str, EnvPreset] = {
 _ALFWORLD_SETTING: dict[str, Any] = {
     "max_steps": 30, "warm_start": 36, "train_tasks": 36, "val_tasks": 24, "updates": 12,
     "tasks_per_update": 4, "group_size": 6, "eval_every": 4,
-    # greedy validation: the same power per seed as T = 0.4 in 20 % less CPU, and a 5-point
-    # MDE within reach (docs/arena.md, "Choosing the validation"; bench/arena_eval_noise.py)
-    "eval_temperature": 0.0,
+    # validation at T = 0.4 (SPEC §6), one episode per task: more episodes leave the paired SD
+    # unchanged and greedy validation does not see GRPO's learning (docs/arena.md, "Choosing
+    # the validation"; bench/arena_eval_noise.py)
 }
 
 #: Per-environment defaults of :meth:`ArenaConfig.for_env` (measured; see docs/arena.md).
@@ -171,7 +171,7 @@ DEFAULT_METHODS: dict[str, tuple[str, str]] = {
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).
-DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 30,
+DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 20,
                                  "alfworld": 3, "alfworld-unseen": 3}
 
 
