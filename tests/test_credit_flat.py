@@ -93,6 +93,11 @@ def test_shaped_rewards_and_params() -> None:
     (lambda c: c["state_key"].__setitem__(2, ["x"]), CreditInputError, "group 0, trajectory 0, step 2: state_key"),
     (lambda c: c["traj_id"].__setitem__(2, {"x": 1}), CreditInputError, "row 2: traj_id is not hashable"),
     (lambda c: c.update(state_key="abc"), TypeError, "column 'state_key' must be a sequence"),
+    (lambda c: c["reward"].__setitem__(3, "10"), CreditInputError, "row 3: reward must be a number, got str"),
+    (lambda c: c["penalty"].__setitem__(0, None), CreditInputError, "row 0: penalty must be a number"),
+    (lambda c: c.update(reward=[[r] for r in c["reward"]]), CreditInputError,
+     r"reward must be one number per row \(a 1-D column\), got shape \(11, 1\)"),
+    (lambda c: c["reward"].__setitem__(1, 1e308), CreditInputError, "row 1: reward is 1e.308, beyond"),
 ])
 def test_flat_errors_name_the_row(change, error: type, match: str) -> None:
     cols = to_columns(groups())
@@ -226,3 +231,21 @@ def test_a_subclass_overriding_compute_is_called() -> None:
 
     cols = to_columns(groups())
     np.testing.assert_array_equal(flat_advantages(Doubled(), **cols), 2 * flat_advantages("gigpo", **cols))
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "gigpo", "graphgpo", "milegpo", "scpo", "mcgpo"])
+def test_huge_rewards_are_refused_and_the_largest_allowed_give_finite_credit(name: str) -> None:
+    """Rewards of 1e308 made every estimator's variance overflow (NaN advantages, no error);
+    the bound ±1e150 is refused beyond it, and at it every estimator stays finite."""
+    from wrappers.credit.base import MAX_MAGNITUDE
+
+    big = [[Trajectory(t.task_id, t.slot, [Step(s.state_key, s.action, reward=s.reward * MAX_MAGNITUDE / 10,
+                                                 next_state_key=s.next_state_key) for s in t.steps],
+                       success=t.success) for t in g] for g in groups()]
+    for res in get_estimator(name)(big):
+        assert all(np.isfinite(a).all() for a in res.advantages)
+    over = [[Trajectory(t.task_id, t.slot, [Step(s.state_key, s.action, reward=s.reward * 1e307,
+                                                  next_state_key=s.next_state_key) for s in t.steps],
+                        success=t.success) for t in g] for g in groups()]
+    with pytest.raises(CreditInputError, match="beyond the"):
+        get_estimator(name)(over)

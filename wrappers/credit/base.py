@@ -193,11 +193,19 @@ def _check_hashable(value: Any, what: str) -> None:
         raise CreditInputError(f"{what} is not hashable: {exc}") from None
 
 
+#: The largest |reward|, |penalty| or |score| the estimators take: their squares and the sums of
+#: millions of them stay finite in float64, so no variance overflows to inf and no advantage to NaN.
+MAX_MAGNITUDE = 1e150
+
+
 def _check_finite(value: Any, what: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise CreditInputError(f"{what} must be a number, got {type(value).__name__}")
     if not math.isfinite(float(value)):
         raise CreditInputError(f"{what} is not finite ({value})")
+    if abs(float(value)) > MAX_MAGNITUDE:
+        raise CreditInputError(f"{what} is {value}, beyond the ±{MAX_MAGNITUDE:g} the estimators take "
+                               "(rescale the rewards)")
 
 
 def validate_groups(groups: Sequence[Sequence[Trajectory]]) -> None:
@@ -250,15 +258,16 @@ def validate_groups(groups: Sequence[Sequence[Trajectory]]) -> None:
 def _steps_look_valid(traj: Trajectory) -> bool:
     """Fast check of a whole trajectory; ``False`` sends the caller to the naming slow path.
 
-    A sum of rewards and penalties is finite only if every term is; hashing one tuple of
-    all keys fails if any key is unhashable.
+    A sum of rewards and penalties is finite only if every term is (and the largest term
+    bounds them all); hashing one tuple of all keys fails if any key is unhashable.
     """
     steps = traj.steps
     try:
         total = math.fsum(s.reward for s in steps) + math.fsum(s.penalty for s in steps)
+        largest = max((max(abs(s.reward), abs(s.penalty)) for s in steps), default=0.0)
         hash(tuple((s.state_key, s.action_key, s.next_state_key) for s in steps))
     except (TypeError, ValueError, OverflowError):
         return False
-    return math.isfinite(total) and all(
+    return math.isfinite(total) and largest <= MAX_MAGNITUDE and all(
         type(s.reward) is float and type(s.penalty) is float for s in steps
     )

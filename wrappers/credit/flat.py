@@ -69,7 +69,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent_envs.trajectory import Step, Trajectory
-from wrappers.credit.base import CreditInputError, CreditResult, Estimator, get_estimator
+from wrappers.credit.base import MAX_MAGNITUDE, CreditInputError, CreditResult, Estimator, get_estimator
 from wrappers.credit.graph import RowTable, StepColumns
 
 __all__ = ["FlatBatch", "FlatCredit", "StepRows", "flat_advantages", "flat_batch", "flat_credit"]
@@ -466,16 +466,39 @@ def flat_batch(
         if col is not None:
             _column(name, col, n)
     cols["keys"] = {k: _column(f"keys[{k!r}]", v, n) for k, v in (keys or {}).items()}
-    rew = np.asarray(reward, dtype=np.float64)
-    pen = np.zeros(n) if penalty is None else np.asarray(penalty, dtype=np.float64)
-    for name, arr in (("reward", rew), ("penalty", pen)):
-        bad = np.flatnonzero(~np.isfinite(arr))
-        if bad.size:
-            raise CreditInputError(f"row {bad[0]}: {name} is not finite ({arr[bad[0]]})")
+    rew = _numbers("reward", reward)
+    pen = np.zeros(n) if penalty is None else _numbers("penalty", penalty)
     cols["reward"], cols["penalty"] = rew, pen
     layout = _layout(n, group_id, traj_id, step_index)
     _traj_values(layout, cols, rew)
     return FlatBatch(layout, cols)
+
+
+def _numbers(name: str, values: Any) -> np.ndarray:
+    """A 1-D float64 column of finite numbers within ±:data:`~wrappers.credit.base.MAX_MAGNITUDE`.
+
+    Raises:
+        CreditInputError: a value that is not a number (a string, None, a bool), NaN/inf, too
+            large, or a column that is not one value per row; names the column and the row.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise CreditInputError(f"{name} must be one number per row (a 1-D column), got shape {arr.shape}")
+    if arr.dtype.kind not in "iuf":
+        for r, v in enumerate(values if not isinstance(values, np.ndarray) else arr.tolist()):
+            if isinstance(v, np.generic):
+                v = v.item()
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise CreditInputError(f"row {r}: {name} must be a number, got {type(v).__name__} {v!r}")
+    arr = arr.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise CreditInputError(f"row {bad[0]}: {name} is not finite ({arr[bad[0]]})")
+    big = np.flatnonzero(np.abs(arr) > MAX_MAGNITUDE)
+    if big.size:
+        raise CreditInputError(f"row {big[0]}: {name} is {arr[big[0]]}, beyond the ±{MAX_MAGNITUDE:g} the "
+                               "estimators take (rescale the rewards)")
+    return arr
 
 
 def _layout(n: int, group_id: Sequence[Hashable], traj_id: Sequence[Hashable],
