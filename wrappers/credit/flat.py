@@ -69,7 +69,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from agent_envs.trajectory import Step, Trajectory
-from wrappers.credit.base import MAX_MAGNITUDE, CreditInputError, CreditResult, Estimator, get_estimator
+from wrappers.credit.base import (
+    MAX_MAGNITUDE,
+    CreditInputError,
+    CreditResult,
+    Estimator,
+    get_estimator,
+)
 from wrappers.credit.graph import RowTable, StepColumns
 
 __all__ = ["FlatBatch", "FlatCredit", "StepRows", "flat_advantages", "flat_batch", "flat_credit"]
