@@ -50,11 +50,12 @@ def trained(tmp_path_factory, mini_dir):
     args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=6, max_steps=1, learning_rate=1e-2, beta=0.0, report_to="none",
                       use_cpu=True, seed=3, save_strategy="no", logging_steps=1, temperature=1.0)
-    rollout = trl_grpo.env_rollout("WebShop-Rubric-v0", {"catalogue": mini_dir, "verify": False, "tagger": "lexicon"},
+    rollout = trl_grpo.env_rollout("WebShop-Rubric-v0", {"catalogue": mini_dir, "verify": False, "tagger": "lexicon",
+                                                         "goal_kind": "synthetic"},
                                    max_turns=3, parser=hash_parser)
     Recording.seen = []
     trainer = Recording(model, args=args, processing_class=tok, estimator="gigpo", estimator_params={"gamma": 0.9},
-                        train_dataset=trl_grpo.task_dataset([0, 0], seed=0), rollout_func=rollout)
+                        train_dataset=trl_grpo.task_dataset([0, 1], seed=0), rollout_func=rollout)
     trainer.train()
     return trainer, before, tok
 
@@ -70,6 +71,9 @@ def test_loss_receives_the_estimators_advantages_per_token(trained) -> None:
     trainer = trained[0]
     groups = trainer.last_credit["groups"]
     assert [len(g) for g in groups] == [2, 2] and all(len(t.steps) >= 1 for g in groups for t in g)
+    # two different tasks: each group holds the two siblings of one of them, never a mix
+    tasks = [{t.task_id for t in g} for g in groups]
+    assert all(len(ts) == 1 for ts in tasks) and len(set.union(*tasks)) == 2, tasks
     # the estimator run independently on the recorded sibling groups
     ref = get_estimator("gigpo", gamma=0.9)(groups)
     step_adv = [a for r in ref for a in r.advantages]
