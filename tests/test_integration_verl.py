@@ -37,6 +37,7 @@ EXPECTED = [
                    ("milegpo", "None"))],
     "test_sync_trainer_passes_verl_agent_switches[gigpo-params0]",
     "test_sync_trainer_passes_verl_agent_switches[graphgpo-params1]",
+    "test_sync_trainer_leaves_verls_padding_rows_out",
     "test_step_credit_by_hand_and_row_errors",
     "test_sync_trainer_refuses_kl_in_reward",
     "test_agent_loop_plays_webshop",

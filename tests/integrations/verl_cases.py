@@ -292,6 +292,30 @@ def test_sync_trainer_passes_verl_agent_switches(transfer_queue, estimator, para
     assert not np.allclose(want, _reference(estimator, groups, meta.keys, None))
 
 
+def test_sync_trainer_leaves_verls_padding_rows_out(transfer_queue):
+    """verl pads a batch to a multiple of its data-parallel size with synthetic rows (its own
+    upsample_batch_to_divisible_size: tag is_padding, row 0's fields copied, response mask 0,
+    uid pad<hex>): they get 0 and stay out of the credit and the rubricgym/* metrics, and the
+    real rows get the credit of the batch without them."""
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+
+    tq = transfer_queue
+    groups = _alfworld_like_groups()
+    meta, masks = _put_rows(tq, groups, order_seed=3, partition="padding")
+    padded = upsample_batch_to_divisible_size(meta, 8, 0)  # 13 rows -> 16
+    assert len(padded.keys) == 16 and sum(bool(t.get("is_padding")) for t in padded.tags) == 3
+    metrics: dict = {}
+    _sync_trainer("rubricgym_gigpo", {"gamma": 0.95})._compute_advantage(padded, metrics)
+    got = tq.kv_batch_get(keys=padded.keys, partition_id="padding", select_fields=["advantages"])["advantages"]
+    advs = got.unbind()
+    want = _reference("gigpo", groups, meta.keys, {"gamma": 0.95})
+    for r, mask in enumerate(masks):
+        torch.testing.assert_close(advs[r], (mask.double() * want[r]).float(), rtol=0, atol=1e-6)
+    assert all(float(a.abs().max()) == 0.0 for a in advs[13:])
+    assert metrics["rubricgym/rows"] == 13 and metrics["rubricgym/groups"] == 2
+    assert metrics["rubricgym/advantage_abs_mean"] == pytest.approx(float(np.mean(np.abs(want))), abs=1e-9)
+
+
 def test_step_credit_by_hand_and_row_errors():
     """RLOO over two one-step sessions (rewards 10 and 0, rows in session order 1, 0): +10 / -10
     follow the rows, not the sessions."""

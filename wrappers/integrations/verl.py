@@ -268,23 +268,31 @@ def step_advantages(batch: Any, estimator: str, params: Mapping[str, Any] | None
     """The advantage stage over TransferQueue rows: read ``response_mask`` and ``extra_fields``
     of ``batch`` (a ``KVBatchMeta``), run :func:`step_credit`, write ``advantages`` and
     ``returns`` (the row advantage on each response token, zero where the mask is 0) back.
+    verl's synthetic padding rows (tag ``is_padding``, added to make the batch divisible by the
+    data-parallel size) are left out of the credit and the ``rubricgym/*`` metrics and get 0.
 
     Returns the ``KVBatchMeta`` of the write, as verl's own stage does.
     """
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                            select_fields=["response_mask", "extra_fields"])
     mask = data["response_mask"]
-    credit = step_credit(estimator, list(batch.keys), list(data["extra_fields"]), params)
+    keys, extra = list(batch.keys), list(data["extra_fields"])
+    # verl's synthetic padding rows (tag is_padding: copies of a real row, response mask 0) get no credit
+    tags = list(batch.tags or ()) or [{}] * len(keys)
+    real = [r for r, tag in enumerate(tags) if not (tag or {}).get("is_padding", False)]
+    credit = step_credit(estimator, [keys[r] for r in real], [extra[r] for r in real], params)
+    row_adv = np.zeros(len(keys))
+    row_adv[real] = credit.advantages
     rows = mask.unbind() if mask.is_nested else list(mask)
     adv = torch.nested.as_nested_tensor(
-        [m.to(torch.float32) * float(a) for m, a in zip(rows, credit.advantages, strict=True)], layout=torch.jagged)
+        [m.to(torch.float32) * float(a) for m, a in zip(rows, row_adv, strict=True)], layout=torch.jagged)
     if metrics is not None:
         metrics.update({
-            "rubricgym/rows": float(len(rows)),
+            "rubricgym/rows": float(len(real)),
             "rubricgym/groups": float(len(credit.results)),
             "rubricgym/pairs": float(len(credit.pairs)),
-            "rubricgym/advantage_mean": float(np.mean(credit.advantages)) if len(rows) else 0.0,
-            "rubricgym/advantage_abs_mean": float(np.mean(np.abs(credit.advantages))) if len(rows) else 0.0,
+            "rubricgym/advantage_mean": float(np.mean(credit.advantages)) if real else 0.0,
+            "rubricgym/advantage_abs_mean": float(np.mean(np.abs(credit.advantages))) if real else 0.0,
         })
     fields = TensorDict({"advantages": adv, "returns": adv.clone()}, batch_size=len(rows))
     return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=fields)
