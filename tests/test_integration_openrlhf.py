@@ -141,3 +141,27 @@ def test_an_engine_failure_closes_the_episode_environment(env_vars, tokenizer, m
         run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN[:2]], task_prompt(0))
     assert len(closed) == 1 and len(closed[0].steps) == 2  # the half-played episode's environment
     assert not any(pool.idle.values()) and not executor.last_trajectories
+
+
+def test_doc_command_uses_only_openrlhfs_flags_and_starts_vllm_engines() -> None:
+    """docs/integrations.md's GPU command: every flag is one OpenRLHF 0.11.2's train_ppo_ray
+    parser defines, vLLM engines are asked for (without them OpenRLHF never loads the agent
+    file), and colocate_all's actor GPUs = engines x tensor-parallel size."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
+    source = Path(spec.origin).read_text(encoding="utf-8")
+    defined = set(re.findall(r'add_argument\(\s*"(--[\w.]+)"', source))
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    block = doc[doc.index("python -m openrlhf.cli.train_ppo_ray"):]
+    block = block[: block.index("```")].replace("\\\n", " ")
+    words = shlex.split(re.sub(r'"\$\(python -c .*?\)"', "AGENT", block))
+    flags = [w for w in words if w.startswith("--")]
+    assert flags and set(flags) <= defined, sorted(set(flags) - defined)
+    value = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
+    assert int(value["--vllm.num_engines"]) >= 1
+    assert "--train.colocate_all" in flags
+    assert int(value["--actor.num_nodes"]) * int(value["--actor.num_gpus_per_node"]) == \
+        int(value["--vllm.num_engines"]) * int(value["--vllm.tensor_parallel_size"])
