@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +154,14 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
     path.write_text("\n".join(lines[:-1]) + "\n")  # an interrupted file (no end record)
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
+    # a run recorded before val_episodes and sampling existed ran with one episode, sequentially
+    first = json.loads(lines[0])
+    for name in ("val_episodes", "sampling"):
+        del first["config"][name]
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    assert cfg.sampling == "sequential" and completed_run(cfg, "grpo", 0, tmp_path) is not None
+    assert completed_run(replace(cfg, sampling="coupled"), "grpo", 0, tmp_path) is None
+    assert completed_run(replace(cfg, val_episodes=2), "grpo", 0, tmp_path) is None
 
 
 def _children(pid: int) -> list[int]:

@@ -1013,9 +1013,15 @@ def completed_run(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.Pa
         return None  # unreadable or damaged anywhere: run it again
     wanted = json.loads(json.dumps(cfg.to_dict(), sort_keys=True, allow_nan=True))
     first, last = upgrade_record(first), upgrade_record(last)  # arena files from before the schema too
-    if first.get("phase") != "run" or first.get("config") != wanted or last.get("phase") != "end":
+    if first.get("phase") != "run" or last.get("phase") != "end":
         return None
-    return last
+    ran = {**_IMPLIED_BY_OLDER_RUNS, **(first.get("config") or {})}
+    return last if ran == wanted else None
+
+
+#: Settings added to :class:`ArenaConfig` after runs were recorded without them, with the value
+#: those runs used: a run whose config lacks one of them ran with that value.
+_IMPLIED_BY_OLDER_RUNS: dict[str, Any] = {"sampling": "sequential", "val_episodes": 1}
 
 
 def _run_job(args: tuple[dict[str, Any], str, int, str]) -> tuple[str, int, dict[str, Any]]:
