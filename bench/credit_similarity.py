@@ -29,7 +29,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import random
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from difflib import SequenceMatcher
@@ -41,6 +40,7 @@ import numpy as np
 
 from agent_envs.rollout import GroupRunner, Turn
 from agent_envs.trajectory import Trajectory, load_jsonl, save_jsonl
+from bench.credit import paired_ms
 from wrappers.credit import get_estimator
 from wrappers.credit.graph import RowTable, TransitionGraph, graph_stats_batch
 
@@ -117,20 +117,6 @@ def check_exact(batch: list[list[Trajectory]], tau: float) -> None:
         start += len(texts)
 
 
-def paired_ms(fa: Callable[[], object], fb: Callable[[], object], repeats: int, clock: Callable[[], float]
-              ) -> tuple[float, float]:
-    """Medians of ``repeats`` alternating calls of ``fa`` and ``fb`` after one warm-up each."""
-    fa()
-    fb()
-    ta, tb = [], []
-    for _ in range(repeats):
-        for fn, times in ((fa, ta), (fb, tb)):
-            t0 = clock()
-            fn()
-            times.append(clock() - t0)
-    return statistics.median(ta) * 1e3, statistics.median(tb) * 1e3
-
-
 def group_sizes(batch: list[list[Trajectory]], tau: float | None) -> dict[str, float]:
     """GiGPO's anchor groups (pooled over the batch) and GraphGPO's state nodes per group."""
     stats = get_estimator("gigpo", similarity=tau)(batch)
@@ -142,7 +128,7 @@ def group_sizes(batch: list[list[Trajectory]], tau: float | None) -> dict[str, f
             "nodes_per_group": float(np.mean(nodes))}
 
 
-def report(env: str, batch: list[list[Trajectory]], tau: float, repeats: int, clock: Callable[[], float]) -> None:
+def report(env: str, batch: list[list[Trajectory]], tau: float, repeats: int, timer: str) -> None:
     """The timing and group-size rows of one environment."""
     steps = sum(len(t.steps) for g in batch for t in g)
     distinct = np.mean([len({s.state_key for t in g for s in t.steps}) for g in batch])
@@ -153,7 +139,7 @@ def report(env: str, batch: list[list[Trajectory]], tau: float, repeats: int, cl
     print("|:---|---:|---:|---:|:---|")
     for name in ("gigpo", "graphgpo"):
         exact, merged = get_estimator(name), get_estimator(name, similarity=tau)
-        a, b = paired_ms(lambda e=exact: e(batch), lambda e=merged: e(batch), repeats, clock)
+        a, b = paired_ms(lambda e=exact: e(batch), lambda e=merged: e(batch), repeats, timer)
         print(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.1f}x | {'yes' if b < TARGET_MS else 'NO'} |", flush=True)
     before, after = group_sizes(batch, None), group_sizes(batch, tau)
     print(f"\n| {env} | anchor groups | mean anchor-group size | singleton share | GraphGPO nodes per group |")
@@ -178,13 +164,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
-    clock = time.process_time if args.timer == "cpu" else time.perf_counter
     print(f"Credit stage with exact vs similarity-merged states (similarity={args.similarity:g}), {args.timer} time, "
           f"median of {args.repeats}, one core; uniform random policy over admissible actions")
     for env in ENVS if args.env == "both" else (args.env,):
         batch = load_or_play(env, args)
         check_exact(batch, args.similarity)
-        report(env, batch, args.similarity, args.repeats, clock)
+        report(env, batch, args.similarity, args.repeats, args.timer)
 
 
 if __name__ == "__main__":
