@@ -295,10 +295,10 @@ class ArenaConfig:
             )
         for name in ("lr", "temperature", "eval_temperature", "warm_start_lr", "adv_scale"):
             value = getattr(self, name)
-            least_ok = 0.0 if name == "eval_temperature" else math.nextafter(0.0, 1.0)
+            greedy_ok = name == "eval_temperature"  # 0: greedy validation
             if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value)
-                                               and value >= least_ok):
-                what = "a number >= 0 (0: greedy)" if name == "eval_temperature" else "a positive number"
+                                               and (value >= 0 if greedy_ok else value > 0)):
+                what = "a number >= 0 (0: greedy)" if greedy_ok else "a positive number"
                 raise ValueError(f"ArenaConfig.{name} must be {what}, got {value!r}")
         if self.eval_temperature == 0 and self.val_episodes != 1:
             raise ValueError("greedy validation (eval_temperature=0) plays one episode per task: its "
@@ -529,10 +529,12 @@ class ArenaPolicy:
             goal=goal, task_type=self.task_types[key], observation=str(turn.observation), actions=actions,
             rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history], task=task,
         )
-        if self.temperature == 0:  # greedy: the first of the highest-scoring actions
-            k = int(np.argmax(self.policy.scores(decision)))
-            logp_t = float(self.policy.log_probabilities(decision)[k])
-        elif self.coupled:  # the noise of decision t: a function of the episode's key, t and each action
+        if self.temperature == 0:  # greedy: the first of the highest-scoring actions (log π_old at T = 1)
+            logp = self.policy.log_probabilities(decision)
+            k = int(np.argmax(logp))
+            self.records[key].append(DecisionRecord(decision, k, float(logp[k])))
+            return actions[k]
+        if self.coupled:  # the noise of decision t: a function of the episode's key, t and each action
             k, logp_t = self.policy.sample_coupled(decision, self._keys[key] * 1_000_003 + turn.t, self.temperature)
         else:
             k, logp_t = self.policy.sample(decision, self._rngs[key], self.temperature)
