@@ -41,12 +41,15 @@ def _load(folder: Path, method: str) -> dict[int, list[dict]]:
 
 
 def _l5(records: list[dict], updates: set[int], episodes: int) -> float:
-    """Mean success over the validations at ``updates``, using the first ``episodes`` episodes."""
-    vals = [float(np.mean(r.get("success_by_episode", [r["success"]])[:episodes]))
-            for r in records if r["phase"] == "eval" and r["update"] in updates]
-    if len(vals) != len(updates):
-        raise SystemExit(f"a run lacks validations at updates {sorted(updates)}")
-    return 100.0 * float(np.mean(vals))
+    """L5 (``trainers.stats.l5``: every scheme averages at most five) of the validations at
+    ``updates``, each using its first ``episodes`` episodes per task."""
+    from trainers.stats import l5
+
+    chosen = [r for r in records if r["phase"] == "eval" and r["update"] in updates]
+    if len(chosen) != len(updates) or len(updates) > 5:
+        raise SystemExit(f"a run lacks validations at updates {sorted(updates)}, or they are more than five")
+    vals = [float(np.mean(r.get("success_by_episode", [r["success"]])[:episodes])) for r in chosen]
+    return 100.0 * l5([r["update"] for r in chosen], vals)
 
 
 def _cost(records: list[dict], updates: set[int], episodes: int) -> float:
