@@ -41,14 +41,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Hashable, Sequence
-from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
 
 from wrappers.credit.base import CreditInputError
 
-__all__ = ["check_similarity", "cluster_texts", "similarity_ratio"]
+__all__ = ["check_similarity", "cluster_texts"]
 
 
 def check_similarity(value: Any) -> float | None:
@@ -66,11 +65,6 @@ def check_similarity(value: Any) -> float | None:
     if not 0.0 < tau <= 1.0:
         raise ValueError(f"similarity must be a threshold in (0, 1] (ratio >= threshold merges), got {value!r}")
     return tau
-
-
-def similarity_ratio(a: str, b: str) -> float:
-    """The similarity of state ``a`` to representative ``b``: ``SequenceMatcher(None, a, b).ratio()``."""
-    return SequenceMatcher(None, a, b).ratio()
 
 
 def _dense_codes(codes: np.ndarray) -> np.ndarray:
