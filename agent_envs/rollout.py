@@ -3,8 +3,12 @@
 Group-relative estimators (GRPO, GiGPO, GraphGPO, MCGPO, ...) compare G sibling rollouts of
 one task.  :class:`GroupRunner` keeps a set of environments — in this process, or in worker
 processes (game engines such as ALFWorld's are not thread-safe) — resets the G siblings of
-each task with the same task and seed, steps every live episode in lock step with one
-batched policy call per turn, and returns :class:`~agent_envs.trajectory.Trajectory`
+each task with the same task and seed, and plays them one of two ways: :meth:`GroupRunner.run`
+steps every live episode in lock step with one batched policy call per turn (a local model
+that generates for the whole batch at once); :meth:`GroupRunner.arun` lets every episode
+await its own policy answer and environment step (an inference server answering requests
+concurrently), so no episode waits for the slowest and the event loop never blocks on an
+environment (:mod:`agent_envs.pool`).  Both return :class:`~agent_envs.trajectory.Trajectory`
 objects whose steps are filled from the environments' ``info`` (SPEC §1–§2) by
 :func:`~agent_envs.trajectory.step_from_info` (its docstring has the field-by-field table).
 
@@ -30,21 +34,21 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import multiprocessing as mp
-import os
 import time
-import traceback
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agent_envs.pool import EnvFactory, EnvPool, RolloutWorkerError
 from agent_envs.trajectory import Step, Trajectory, hashable, matching_keys, step_from_info
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
+    "AsyncPolicy",
     "Decision",
     "EnvFactory",
     "EnvPool",
@@ -60,11 +64,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Seconds between checks that a worker being waited for is still running (its reply ends the wait at once).
-_POLL_S = 0.5
-
-EnvFactory = Callable[[], Any]
 
 
 @dataclass(frozen=True)
@@ -95,6 +94,9 @@ Decision = str | tuple[str, Mapping[str, Any]]
 #: A batched policy: one :data:`Decision` per turn, in order.
 Policy = Callable[[Sequence[Turn]], Sequence[Decision]]
 
+#: An asynchronous per-episode policy: ``await policy(turn)`` -> one :data:`Decision`.
+AsyncPolicy = Callable[[Turn], Awaitable[Decision]]
+
 #: Called after every transition with the turn the policy answered, the :class:`Step` it
 #: became and the environment's new ``info`` (e.g. to read the final rubric status).
 StepHook = Callable[[Turn, Step, Mapping[str, Any]], None]
@@ -116,255 +118,6 @@ def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
     return policy
 
 
-class RolloutWorkerError(RuntimeError):
-    """An environment raised inside a worker process (the message carries its traceback), or a
-    worker died or was stopped (the message names it)."""
-
-
-def _process_state(pid: int | None) -> str:
-    """The process state letter of ``pid`` from Linux ``/proc`` (``"T"``: stopped by a signal,
-    ``"Z"``: exited); ``""`` where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError, ValueError):
-        return ""
-
-
-class _WorkerStopped(ChildProcessError):
-    """A worker that is stopped (SIGSTOP/SIGTSTP), so its reply never comes."""
-
-
-# ------------------------------------------------------------------------------------------
-# Environment hosts: in-process, or a worker process
-# ------------------------------------------------------------------------------------------
-
-
-def _make_env(env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> Any:
-    if callable(env):
-        return env()
-    import gymnasium as gym
-
-    import agent_envs  # noqa: F401  (registers the rubricgym ids)
-
-    return gym.make(env, **dict(env_kwargs))
-
-
-def _apply(envs: dict[int, Any], env: str | EnvFactory, env_kwargs: Mapping[str, Any], cmd: str, items: Sequence[tuple]) -> list[Any]:
-    out = []
-    for item in items:
-        k = item[0]
-        if k not in envs:
-            envs[k] = _make_env(env, env_kwargs)
-        if cmd == "reset":
-            out.append(envs[k].reset(seed=item[1], options=item[2]))
-        elif cmd == "step":
-            out.append(envs[k].step(item[1]))
-        else:  # pragma: no cover - internal protocol
-            raise ValueError(f"unknown command {cmd!r}")
-    return out
-
-
-def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    envs: dict[int, Any] = {}
-    try:
-        while True:
-            msg = conn.recv()
-            if msg is None:
-                break
-            cmd, items = msg
-            try:
-                conn.send(("ok", _apply(envs, env, env_kwargs, cmd, items)))
-            except BaseException:  # noqa: BLE001  (forwarded to the parent)
-                conn.send(("error", traceback.format_exc()))
-    except (EOFError, KeyboardInterrupt):
-        pass
-    finally:
-        for e in envs.values():
-            try:
-                e.close()
-            except Exception:
-                logger.debug("closing an environment in a worker failed", exc_info=True)
-
-
-class EnvPool:
-    """Persistent environments of one kind, in this process or spread over worker processes.
-
-    Environment ``k`` is made on first use and lives in this process (``workers=0``) or in
-    worker ``k % workers`` for the pool's lifetime; it is reset to a new task for every
-    episode. Engines such as ALFWorld's are not thread-safe, so parallel stepping uses
-    processes (``spawn`` by default: safe after torch or an engine has been imported).
-    :class:`GroupRunner` and the trainer (``trainers.rollouts``) both step through it.
-
-    Args:
-        env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``) or a zero-argument
-            factory returning an environment (picklable for workers: a module-level function
-            or ``functools.partial``).
-        env_kwargs: Keyword arguments for ``gym.make`` (ignored with a factory).
-        n: Number of slots (indices ``0..n-1``; ``None``: unbounded).
-        workers: Worker processes (0 = step in this process; at most ``n``).
-        start_method: multiprocessing start method of the workers.
-
-    Example:
-        >>> pool = EnvPool("CartPole-v1", n=2)
-        >>> [len(obs) for obs, info in pool.reset([(0, 1, None), (1, 1, None)])]
-        [4, 4]
-        >>> pool.close()
-    """
-
-    def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None, *,
-                 workers: int = 0, start_method: str = "spawn") -> None:
-        if not (isinstance(env, str) or callable(env)):
-            raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"workers must be a non-negative int, got {workers!r}")
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise ValueError(f"n must be a positive int or None, got {n!r}")
-        self.env, self.env_kwargs, self.n = env, dict(env_kwargs or {}), n
-        self.workers = workers if n is None else min(workers, n)
-        self.name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
-        self.local: dict[int, Any] = {}
-        self.conns: list[Any] = []
-        self.procs: list[Any] = []
-        if self.workers:
-            ctx = mp.get_context(start_method)
-            for _ in range(self.workers):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(child, env, self.env_kwargs), daemon=True)
-                proc.start()
-                child.close()
-                self.conns.append(parent)
-                self.procs.append(proc)
-
-    def reset(self, items: Sequence[tuple[int, int | None, Mapping[str, Any] | None]]) -> list[tuple[Any, dict[str, Any]]]:
-        """Reset environments: ``(index, seed, options)`` -> ``(obs, info)`` each, in order."""
-        return self.call("reset", items)
-
-    def step(self, items: Sequence[tuple[int, Any]]) -> list[tuple[Any, float, bool, bool, dict[str, Any]]]:
-        """Step environments: ``(index, action)`` -> the Gymnasium 5-tuple each, in order."""
-        return self.call("step", items)
-
-    def call(self, cmd: str, items: Sequence[tuple]) -> list[Any]:
-        """Run ``cmd`` (``"reset"`` or ``"step"``) for each ``(k, ...)`` item; results in item order.
-
-        Raises:
-            IndexError: an index outside ``0..n-1``.
-            RolloutWorkerError: an environment raised in a worker (with its traceback).
-        """
-        if self.n is not None:
-            for item in items:
-                if not 0 <= item[0] < self.n:
-                    raise IndexError(f"environment index {item[0]} out of range 0..{self.n - 1}")
-        if not self.workers:
-            return _apply(self.local, self.env, self.env_kwargs, cmd, items)
-        per: list[list[int]] = [[] for _ in range(self.workers)]
-        for pos, item in enumerate(items):
-            per[item[0] % self.workers].append(pos)
-        dead: dict[int, BaseException] = {}
-        for w, positions in enumerate(per):
-            if positions:
-                try:
-                    self.conns[w].send((cmd, [items[p] for p in positions]))
-                except (OSError, EOFError) as exc:  # BrokenPipeError: killed between calls
-                    dead[w] = exc
-        out: list[Any] = [None] * len(items)
-        errors = []
-        for w, positions in enumerate(per):
-            if not positions or w in dead:
-                continue
-            try:  # every live worker's reply is read, so the pipes stay in step
-                status, payload = self._receive(w)
-            except (EOFError, OSError) as exc:  # killed or stopped during the call
-                dead[w] = exc
-                continue
-            if status != "ok":
-                errors.append(f"worker {w}:\n{payload}")
-                continue
-            for p, result in zip(positions, payload):
-                out[p] = result
-        if dead:
-            w = min(dead)
-            raise RolloutWorkerError(f"{self.name}: {self._describe_dead(w, dead[w])}") from dead[w]
-        if errors:
-            raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n" + "\n".join(errors))
-        return out
-
-    def _receive(self, w: int) -> Any:
-        """Worker ``w``'s reply; checks every :data:`_POLL_S` seconds of waiting that the worker
-        still runs, so a dead worker raises ``EOFError`` and a stopped one :class:`_WorkerStopped`
-        (the stopped state is read from Linux ``/proc``) instead of the wait never ending."""
-        conn, proc = self.conns[w], self.procs[w]
-        while not conn.poll(_POLL_S):
-            if not proc.is_alive():
-                raise EOFError(f"rollout worker {w} exited without replying")
-            if _process_state(proc.pid) == "T":
-                raise _WorkerStopped(f"rollout worker {w} is stopped")
-        return conn.recv()
-
-    def _describe_dead(self, w: int, exc: BaseException) -> str:
-        proc = self.procs[w]
-        if isinstance(exc, _WorkerStopped):
-            return (f"rollout worker {w} (pid {proc.pid}) is stopped (by SIGSTOP or SIGTSTP), so its reply would "
-                    "never come; its environments are lost, close this pool and make a new one")
-        proc.join(timeout=1.0)
-        code = proc.exitcode
-        how = "is still running but its pipe is closed" if code is None else (
-            f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
-        return (f"rollout worker {w} (pid {proc.pid}) died: it {how}; its environments are lost, "
-                "close this pool and make a new one")
-
-    def worker_cpu_seconds(self) -> float:
-        """CPU seconds (user + system) the live worker processes have used so far (Linux
-        ``/proc``; 0 elsewhere or without workers)."""
-        total = 0.0
-        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        for proc in self.procs:
-            try:
-                with open(f"/proc/{proc.pid}/stat", encoding="ascii") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            except (OSError, IndexError, ValueError):
-                continue
-        return total
-
-    def close(self) -> None:
-        """Close every environment and stop the workers (idempotent)."""
-        for e in self.local.values():
-            try:
-                e.close()
-            except Exception:
-                logger.debug("closing an environment failed", exc_info=True)
-        self.local.clear()
-        for conn in self.conns:
-            try:
-                conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-        for proc in self.procs:
-            if _process_state(proc.pid) == "T":  # a stopped worker reads no None and ignores SIGTERM
-                proc.kill()
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
-        for conn in self.conns:
-            conn.close()
-        self.conns, self.procs = [], []
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # pragma: no cover
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: modules may already be gone
-            logger.debug("closing an EnvPool at garbage collection failed", exc_info=True)
-
-
 # ------------------------------------------------------------------------------------------
 # The runner
 # ------------------------------------------------------------------------------------------
@@ -383,13 +136,32 @@ class _Episode:
     done: bool = False
     truncated: bool = False
 
+    def turn(self, t: int) -> Turn:
+        return Turn(self.group, self.slot, t, self.obs, self.info, tuple(self.history))
+
+    def advance(self, turn: Turn, action: str, extra: dict[str, Any] | None, result: tuple,
+                on_step: StepHook | None) -> None:
+        """Record the transition ``result`` (the Gymnasium 5-tuple) of ``action``."""
+        obs, reward, terminated, truncated, info = result
+        step = step_from_info(self.obs, self.info, action, obs, reward, info, extra=extra)
+        self.steps.append(step)
+        if on_step is not None:
+            on_step(turn, step, info)
+        self.history.append((self.obs, action))
+        self.obs, self.info = obs, dict(info)
+        if terminated or truncated:
+            self.done = True
+            self.truncated = bool(truncated and not terminated)
+
 
 class GroupRunner:
     """Runs sibling groups on persistent environments (in-process or in worker processes).
 
     It is the one episode loop of the project: the trainer (``trainers.rollouts``) plays its
     rollouts and evaluations through it with a language-model policy, the arena
-    (``trainers.arena.runner``) with its linear softmax policy.
+    (``trainers.arena.runner``) with its linear softmax policy.  :meth:`run` and :meth:`arun`
+    share how episodes start, advance and end (``_plan_resets``, ``_Episode.advance``,
+    ``_groups``); they differ only in who waits for whom.
 
     Args:
         env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``), a zero-argument
@@ -442,7 +214,8 @@ class GroupRunner:
         options: Mapping[str, Any] | None = None,
         on_step: StepHook | None = None,
     ) -> list[list[Trajectory]]:
-        """Play ``group_size`` siblings of every task; returns one list of G trajectories per task.
+        """Play ``group_size`` siblings of every task in lock step; returns one list of G
+        trajectories per task.
 
         Args:
             tasks: One entry per group, passed as ``options["task"]`` to ``reset`` (``None``
@@ -454,40 +227,8 @@ class GroupRunner:
             options: Extra reset options for every group (e.g. ``{"split": "valid_seen"}``).
             on_step: Called after every transition (:data:`StepHook`).
         """
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-        tasks = list(tasks)
-        if seeds is None or isinstance(seeds, int):
-            seed_list: list[int | None] = [seeds] * len(tasks)
-        else:
-            seed_list = list(seeds)
-            if len(seed_list) != len(tasks):
-                raise ValueError(f"got {len(seed_list)} seeds for {len(tasks)} tasks")
-        for g, (task, seed) in enumerate(zip(tasks, seed_list)):
-            if task is None and seed is None:
-                raise ValueError(
-                    f"group {g}: give a task or a seed, or the siblings would draw different tasks"
-                )
-        extra = dict(options or {})
-        if "task" in extra:
-            raise ValueError("pass tasks through `tasks`, not options['task']")
-
-        resets = []
-        for g, (task, seed) in enumerate(zip(tasks, seed_list)):
-            opts = dict(extra)
-            if task is not None:
-                opts["task"] = task
-            for i in range(group_size):
-                resets.append((g * group_size + i, seed, opts))
-        results = self._hosts.call("reset", resets)
-        episodes = []
-        for (k, _seed, _opts), (obs, info) in zip(resets, results):
-            g, i = divmod(k, group_size)
-            task_info = info.get("task") if isinstance(info.get("task"), Mapping) else {}
-            task_id = hashable(task_info.get("id"), f"group-{g}")
-            episodes.append(_Episode(g, i, k, task_id, obs, dict(info)))
-        self._check_identical_starts(episodes, group_size)
-
+        resets = _plan_resets(tasks, group_size, seeds, options)
+        episodes = self._start(resets, self._hosts.call("reset", resets), group_size)
         self.stats = {"policy_s": 0.0, "env_s": 0.0, "decisions": 0.0}
         t = 0
         while True:
@@ -498,7 +239,7 @@ class GroupRunner:
                 for e in live:
                     e.done = e.truncated = True
                 break
-            turns = [Turn(e.group, e.slot, t, e.obs, e.info, tuple(e.history)) for e in live]
+            turns = [e.turn(t) for e in live]
             t0 = time.perf_counter()
             actions, extras = _split_decisions(policy(turns), len(live))
             t1 = time.perf_counter()
@@ -506,31 +247,76 @@ class GroupRunner:
             self.stats["policy_s"] += t1 - t0
             self.stats["env_s"] += time.perf_counter() - t1
             self.stats["decisions"] += len(live)
-            for e, turn, action, extra, (obs, reward, terminated, truncated, info) in zip(live, turns, actions, extras, results):
-                step = step_from_info(e.obs, e.info, action, obs, reward, info, extra=extra)
-                e.steps.append(step)
-                if on_step is not None:
-                    on_step(turn, step, info)
-                e.history.append((e.obs, action))
-                e.obs, e.info = obs, dict(info)
-                if terminated or truncated:
-                    e.done = True
-                    e.truncated = bool(truncated and not terminated)
+            for e, turn, action, extra, result in zip(live, turns, actions, extras, results):
+                e.advance(turn, action, extra, result, on_step)
             t += 1
+        return _groups(episodes, len(resets) // group_size)
 
-        groups: list[list[Trajectory]] = [[] for _ in tasks]
-        for e in episodes:
-            groups[e.group].append(
-                Trajectory(
-                    task_id=e.task_id,
-                    slot=e.slot,
-                    steps=e.steps,
-                    score=float(e.info.get("score", 0.0) or 0.0),
-                    success=bool(e.info.get("won", False)),
-                    truncated=e.truncated,
-                )
-            )
-        return groups
+    async def arun(
+        self,
+        tasks: Sequence[Any],
+        policy: AsyncPolicy,
+        *,
+        group_size: int = 8,
+        seeds: Sequence[int | None] | int | None = None,
+        options: Mapping[str, Any] | None = None,
+        on_step: StepHook | None = None,
+        concurrency: int | None = None,
+    ) -> list[list[Trajectory]]:
+        """:meth:`run` with every episode on its own: each awaits its own policy answer and its
+        own environment step (:meth:`EnvPool.astep`), so no episode waits for the slowest one
+        and the event loop is never blocked by an environment.
+
+        Siblings still start from identical states (all resets finish before the first
+        decision).  With a deterministic policy the trajectories equal :meth:`run`'s.
+
+        Args:
+            policy: ``await policy(turn)`` -> one :data:`Decision` (e.g. a request to an
+                inference server).
+            concurrency: Most episodes in flight at once (``None``: all).
+            tasks, group_size, seeds, options, on_step: As in :meth:`run`.
+        """
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
+            raise ValueError(f"concurrency must be a positive int or None, got {concurrency!r}")
+        resets = _plan_resets(tasks, group_size, seeds, options)
+        started = await asyncio.gather(*(self._hosts.areset(k, seed, opts) for k, seed, opts in resets))
+        episodes = self._start(resets, started, group_size)
+        self.stats = {"policy_s": 0.0, "env_s": 0.0, "decisions": 0.0}
+        gate = asyncio.Semaphore(concurrency or len(episodes))
+
+        async def play(e: _Episode) -> None:
+            async with gate:
+                await self._play(e, policy, on_step)
+
+        await asyncio.gather(*(play(e) for e in episodes))
+        return _groups(episodes, len(resets) // group_size)
+
+    async def _play(self, e: _Episode, policy: AsyncPolicy, on_step: StepHook | None) -> None:
+        while not e.done:
+            t = len(e.steps)
+            if self.max_steps is not None and t >= self.max_steps:
+                e.done = e.truncated = True
+                break
+            turn = e.turn(t)
+            t0 = time.perf_counter()
+            (action,), (extra,) = _split_decisions([await policy(turn)], 1)
+            t1 = time.perf_counter()
+            result = await self._hosts.astep(e.env_index, action)
+            self.stats["policy_s"] += t1 - t0
+            self.stats["env_s"] += time.perf_counter() - t1
+            self.stats["decisions"] += 1
+            e.advance(turn, action, extra, result, on_step)
+
+    def _start(self, resets: Sequence[tuple], results: Sequence[tuple[Any, Mapping[str, Any]]],
+               group_size: int) -> list[_Episode]:
+        episodes = []
+        for (k, _seed, _opts), (obs, info) in zip(resets, results):
+            g, i = divmod(k, group_size)
+            task_info = info.get("task") if isinstance(info.get("task"), Mapping) else {}
+            task_id = hashable(task_info.get("id"), f"group-{g}")
+            episodes.append(_Episode(g, i, k, task_id, obs, dict(info)))
+        self._check_identical_starts(episodes, group_size)
+        return episodes
 
     @staticmethod
     def _check_identical_starts(episodes: Sequence[_Episode], group_size: int) -> None:
@@ -559,6 +345,43 @@ def _split_decisions(decisions: Sequence[Decision], n: int) -> tuple[list[str], 
         actions.append(action)
         extras.append(extra)
     return actions, extras
+
+
+def _plan_resets(tasks: Sequence[Any], group_size: int, seeds: Sequence[int | None] | int | None,
+                 options: Mapping[str, Any] | None) -> list[tuple[int, int | None, dict[str, Any]]]:
+    """``(environment index, seed, options)`` of every sibling, group by group; clear errors
+    for arguments that would make siblings start differently."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+    tasks = list(tasks)
+    if seeds is None or isinstance(seeds, int):
+        seed_list: list[int | None] = [seeds] * len(tasks)
+    else:
+        seed_list = list(seeds)
+        if len(seed_list) != len(tasks):
+            raise ValueError(f"got {len(seed_list)} seeds for {len(tasks)} tasks")
+    for g, (task, seed) in enumerate(zip(tasks, seed_list)):
+        if task is None and seed is None:
+            raise ValueError(f"group {g}: give a task or a seed, or the siblings would draw different tasks")
+    extra = dict(options or {})
+    if "task" in extra:
+        raise ValueError("pass tasks through `tasks`, not options['task']")
+    resets = []
+    for g, (task, seed) in enumerate(zip(tasks, seed_list)):
+        opts = dict(extra)
+        if task is not None:
+            opts["task"] = task
+        resets.extend((g * group_size + i, seed, opts) for i in range(group_size))
+    return resets
+
+
+def _groups(episodes: Sequence[_Episode], n_groups: int) -> list[list[Trajectory]]:
+    groups: list[list[Trajectory]] = [[] for _ in range(n_groups)]
+    for e in episodes:
+        groups[e.group].append(Trajectory(task_id=e.task_id, slot=e.slot, steps=e.steps,
+                                          score=float(e.info.get("score", 0.0) or 0.0),
+                                          success=bool(e.info.get("won", False)), truncated=e.truncated))
+    return groups
 
 
 def rollout_groups(

@@ -16,7 +16,7 @@ pytest.importorskip(
 from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
 
 from wrappers.integrations import openrlhf_agent
-from wrappers.integrations.episode import task_prompt
+from wrappers.integrations.episode import episode_pool, task_prompt
 
 WIN = ["search[trail running shoes]", "click[b000000001]", "click[navy blue]", "click[10]", "click[buy now]"]
 
@@ -94,15 +94,48 @@ def test_invalid_responses_and_the_turn_limit(env_vars, tokenizer, monkeypatch) 
     assert traj.truncated and [s.valid for s in traj.steps] == [False, True]
 
 
+def _episode_pool():
+    cfg = openrlhf_agent.AgentConfig.from_environ()
+    return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend)
+
+
 def test_environments_are_reused_across_samples(env_vars, tokenizer) -> None:
     executor = load_agent_file()
-    pool = executor.module._POOL
     run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
-    (idle,) = pool.idle.values()
-    first = idle[0]
+    pool = _episode_pool()
+    idle = pool.idle
+    assert len(idle) == 1 and len(pool.pool.procs) == 1  # the environment lives in a worker process
     run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
-    assert idle == [first]  # the second sample took the same environment and gave it back
+    assert pool.idle == idle  # the second sample took the same environment and gave it back
     assert len(executor.last_trajectories) == 2
+
+
+def test_steps_do_not_block_openrlhfs_event_loop(tokenizer, tmp_path, monkeypatch) -> None:
+    """The environment's step waits for a gate file that another coroutine of OpenRLHF's event
+    loop opens once the first response is generated: the sample wins only if the loop kept
+    running while the environment stepped (in its worker process)."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "integrations"))  # rubricgym_gated_env
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("RUBRICGYM_ENV", "rubricgym_gated_env:Gated-v0")
+    monkeypatch.setenv("RUBRICGYM_ENV_KWARGS", f'{{"gate": "{gate}", "wait": 20}}')
+    executor = load_agent_file()
+    engine = StandInEngine(tokenizer, ["<action>wait</action>"])
+    params = types.SimpleNamespace(max_tokens=64, logprobs=None)
+
+    async def open_gate_after_the_first_response():
+        while not engine.seen:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the step is under way
+        gate.touch()
+
+    async def main():
+        out, _ = await asyncio.gather(executor.execute("p", task_prompt(0), params, 4096, tokenizer, engine),
+                                      open_gate_after_the_first_response())
+        return out
+
+    assert asyncio.run(main())["reward"] == 10.0
 
 
 def test_bad_environment_variables_are_named(monkeypatch) -> None:
@@ -116,31 +149,29 @@ def test_an_episode_ended_by_the_token_budget_is_recorded_and_pooled(env_vars, t
     agent: the episode used to stay open, its environment was never pooled and no trajectory
     was kept (0 idle environments and 0 trajectories after 3 samples)."""
     executor = load_agent_file()
-    pool = executor.module._POOL
     _, engine = run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
     first_prompt = len(engine.seen[0])
-    (idle,) = pool.idle.values()
-    env = idle[0]
+    pool = _episode_pool()
+    idle = pool.idle
     # room for the first prompt and one response; the next user turn (a results page) overflows it
     budget = first_prompt + 100
     for _ in range(3):
         out, engine = run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0), max_length=budget)
         assert len(engine.seen) == 1 and len(out["action_ranges"]) == 1  # OpenRLHF stopped after one decision
-        assert idle == [env]  # the environment came back to the pool and the next sample reused it
+        assert pool.idle == idle  # the environment came back to the pool and the next sample reused it
     won, *cut = executor.last_trajectories
     assert won.success and not won.truncated and len(cut) == 3
     assert all(t.truncated and not t.success and [s.action for s in t.steps] == WIN[:1] for t in cut)
 
 
-def test_an_engine_failure_closes_the_episode_environment(env_vars, tokenizer, monkeypatch) -> None:
+def test_an_engine_failure_retires_the_episode_environment(env_vars, tokenizer) -> None:
     executor = load_agent_file()
-    pool, episode_cls = executor.module._POOL, executor.module.TextEpisode
-    closed = []
-    monkeypatch.setattr(episode_cls, "close", lambda self: closed.append(self) or self.env.close())
+    pool = _episode_pool()
+    before = pool.idle
     with pytest.raises(IndexError):  # the stand-in engine runs out of responses mid-episode
         run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN[:2]], task_prompt(0))
-    assert len(closed) == 1 and len(closed[0].steps) == 2  # the half-played episode's environment
-    assert not any(pool.idle.values()) and not executor.last_trajectories
+    assert len(pool.idle) == max(len(before) - 1, 0)  # the half-played episode's slot is not given back
+    assert not executor.last_trajectories
 
 
 def test_doc_command_uses_only_openrlhfs_flags_and_starts_vllm_engines() -> None:

@@ -39,25 +39,43 @@ class Recording(trl_grpo.RubricGRPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, mini_dir):
+def _train(out_dir, mini_dir, **rollout_options):
     from trl import GRPOConfig
 
     from trainers.models import load_policy
 
     model, tok = load_policy("tiny-llama", seed=0)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), per_device_train_batch_size=4, num_generations=2,
+    args = GRPOConfig(output_dir=str(out_dir), per_device_train_batch_size=4, num_generations=2,
                       max_completion_length=6, max_steps=1, learning_rate=1e-2, beta=0.0, report_to="none",
                       use_cpu=True, seed=3, save_strategy="no", logging_steps=1, temperature=1.0)
     rollout = trl_grpo.env_rollout("WebShop-Rubric-v0", {"catalogue": mini_dir, "verify": False, "tagger": "lexicon",
                                                          "goal_kind": "synthetic"},
-                                   max_turns=3, parser=hash_parser)
+                                   max_turns=3, parser=hash_parser, **rollout_options)
     Recording.seen = []
     trainer = Recording(model, args=args, processing_class=tok, estimator="gigpo", estimator_params={"gamma": 0.9},
                         train_dataset=trl_grpo.task_dataset([0, 1], seed=0), rollout_func=rollout)
     trainer.train()
+    trainer.env_worker_cpu_s = rollout.pool.worker_cpu_seconds()
+    rollout.close()
     return trainer, before, tok
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, mini_dir):
+    return _train(tmp_path_factory.mktemp("trl"), mini_dir)
+
+
+def test_environments_in_worker_processes_give_the_same_step(trained, tmp_path, mini_dir) -> None:
+    """``env_workers=2``: each turn's steps run in two worker processes, in parallel; the
+    episodes, their credit and the updated weights are those of the in-process rollout."""
+    trainer, _, _ = trained
+    pooled, _, _ = _train(tmp_path, mini_dir, env_workers=2)
+    assert pooled.env_worker_cpu_s > 0 and trainer.env_worker_cpu_s == 0  # the workers did play
+    assert pooled.last_credit["groups"] == trainer.last_credit["groups"]
+    assert pooled.last_credit["completion_ids"] == trainer.last_credit["completion_ids"]
+    for (name, p), q in zip(trainer.model.named_parameters(), pooled.model.parameters()):
+        assert torch.equal(p.detach(), q.detach()), name
 
 
 def test_one_real_train_step(trained) -> None:

@@ -497,6 +497,37 @@ def test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage(tokeniz
     assert ref[[k.startswith("u0_0_") for k in meta.keys]].min() > 0  # the won episode's steps are credited
 
 
+@pytest.mark.parametrize("workers", [1, 0])
+def test_agent_loop_steps_off_the_event_loop(tokenizer, tmp_path, monkeypatch, workers):
+    """A session's step waits for a gate file that another coroutine of verl's event loop opens
+    once the step has been sent: the session wins only if the loop kept running while its
+    environment stepped (in a worker process, or on the in-process engine thread)."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # rubricgym_gated_env, in the workers too
+    gate = tmp_path / "gate"
+    server = StandInServer(tokenizer, lambda turn, adm: "wait")
+    spec = {"env_id": "rubricgym_gated_env:Gated-v0", "env_kwargs": {"gate": str(gate), "wait": 20.0},
+            "task": 0, "seed": 0}
+
+    async def open_gate_after_the_first_action():
+        while not server.calls:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the step is under way
+        gate.touch()
+
+    async def main():
+        loop = _agent_loop(server, tokenizer, style="action_only", env_workers=workers)
+        session = loop.run({"temperature": 1.0}, uid="u0", session_id=0, raw_prompt=[],
+                           extra_info={"index": 0, "rubricgym": json.dumps(spec)})
+        outputs, _ = await asyncio.gather(session, open_gate_after_the_first_action())
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert outputs[-1].reward_score == 10.0
+    assert outputs[-1].extra_fields["reward_extra_info"]["success"] == 1.0
+
+
 def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
     import pandas as pd
 

@@ -28,14 +28,26 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
 
-__all__ = ["NO_ACTION", "StepResult", "TextEpisode", "chat_next_turn", "chat_start", "make_env", "parse_task",
-           "task_prompt"]
+__all__ = [
+    "NO_ACTION",
+    "EpisodePool",
+    "StepResult",
+    "TextEpisode",
+    "chat_next_turn",
+    "chat_start",
+    "episode_pool",
+    "make_env",
+    "parse_task",
+    "reset_all",
+    "step_all",
+    "task_prompt",
+]
 
 #: What is sent to the environment when a response holds no ``<action>`` block (as the trainer does).
 NO_ACTION = "<no action>"
@@ -158,7 +170,9 @@ class TextEpisode:
     """One environment, played one episode at a time through text.
 
     Args:
-        env: A Gymnasium id, a zero-argument factory or an environment instance.
+        env: A Gymnasium id, a zero-argument factory or an environment instance (an
+            :meth:`EnvPool.env_handle <agent_envs.pool.EnvPool.env_handle>` too: then
+            :meth:`areset`/:meth:`astep` run it in its worker without blocking the event loop).
         env_kwargs: Keyword arguments for ``gym.make``.
         style: Prompt style, ``"action_only"`` or ``"think"`` (SPEC §7).
         list_actions: List the admissible actions in the prompt.
@@ -193,6 +207,18 @@ class TextEpisode:
     def reset(self, task: Any = None, seed: int | None = None, split: str | None = None) -> str:
         """Start an episode (``task``: the environment's task option, or :func:`task_prompt`
         JSON / a mapping naming task, seed and split); returns the first user message."""
+        seed, options = self._reset_args(task, seed, split)
+        return self._started(*self.env.reset(seed=seed, options=options))
+
+    async def areset(self, task: Any = None, seed: int | None = None, split: str | None = None) -> str:
+        """:meth:`reset` for an event loop: awaits the environment's ``areset`` (an
+        :class:`~agent_envs.pool.PooledEnv` resets in its worker); a plain environment resets inline."""
+        seed, options = self._reset_args(task, seed, split)
+        if hasattr(self.env, "areset"):
+            return self._started(*await self.env.areset(seed=seed, options=options))
+        return self._started(*self.env.reset(seed=seed, options=options))
+
+    def _reset_args(self, task: Any, seed: int | None, split: str | None) -> tuple[int | None, dict[str, Any] | None]:
         if isinstance(task, (str, Mapping)) and seed is None and split is None:
             try:
                 spec = parse_task(task)
@@ -204,9 +230,12 @@ class TextEpisode:
             options["task"] = task
         if split is not None:
             options["split"] = split
-        obs, info = self.env.reset(seed=seed, options=options or None)
+        self.task_ref = task
+        return seed, options or None
+
+    def _started(self, obs: Any, info: Mapping[str, Any]) -> str:
         self.obs, self.info = str(obs), dict(info)
-        self.steps, self.done, self.truncated, self.task_ref = [], False, False, task
+        self.steps, self.done, self.truncated = [], False, False
         return self.prompt()
 
     def prompt(self) -> str:
@@ -219,10 +248,22 @@ class TextEpisode:
 
     def step(self, response: str) -> StepResult:
         """Parse ``response``, step the environment and record the decision."""
+        action = self._action(response)
+        return self._record(response, action, self.env.step(action))
+
+    async def astep(self, response: str) -> StepResult:
+        """:meth:`step` for an event loop: awaits the environment's ``astep`` where it has one."""
+        action = self._action(response)
+        result = await self.env.astep(action) if hasattr(self.env, "astep") else self.env.step(action)
+        return self._record(response, action, result)
+
+    def _action(self, response: str) -> str:
         if self.done:
             raise RuntimeError("the episode is over; call reset()")
-        action = self.parser(str(response), self.info)
-        obs, reward, term, trunc, info = self.env.step(action)
+        return self.parser(str(response), self.info)
+
+    def _record(self, response: str, action: str, result: tuple) -> StepResult:
+        obs, reward, term, trunc, info = result
         step = step_from_info(self.obs, self.info, action, obs, reward, info, extra={"response": str(response)})
         self.steps.append(step)
         self.obs, self.info = str(obs), dict(info)
@@ -251,3 +292,106 @@ class TextEpisode:
     def close(self) -> None:
         """Close the environment."""
         self.env.close()
+
+
+def _call_all(episodes: Sequence[TextEpisode], cmd: str, args: Sequence[tuple]) -> list[Any]:
+    """``env.reset``/``env.step`` of every episode; episodes on handles of one
+    :class:`~agent_envs.pool.EnvPool` go in one batched call (their workers run in parallel)."""
+    from agent_envs.pool import PooledEnv
+
+    out: list[Any] = [None] * len(episodes)
+    by_pool: dict[int, list[int]] = {}
+    for i, ep in enumerate(episodes):
+        if isinstance(ep.env, PooledEnv):
+            by_pool.setdefault(id(ep.env.pool), []).append(i)
+        elif cmd == "reset":
+            out[i] = ep.env.reset(seed=args[i][0], options=args[i][1])
+        else:
+            out[i] = ep.env.step(args[i][0])
+    for idx in by_pool.values():
+        pool = episodes[idx[0]].env.pool
+        for i, result in zip(idx, pool.call(cmd, [(episodes[i].env.k, *args[i]) for i in idx])):
+            out[i] = result
+    return out
+
+
+def reset_all(episodes: Sequence[TextEpisode], tasks: Sequence[Any]) -> list[str]:
+    """:meth:`TextEpisode.reset` of every episode (``tasks``: what ``reset`` takes as ``task``),
+    pooled environments reset together; returns the first user messages."""
+    args = [ep._reset_args(task, None, None) for ep, task in zip(episodes, tasks, strict=True)]
+    return [ep._started(*result) for ep, result in zip(episodes, _call_all(episodes, "reset", args))]
+
+
+def step_all(episodes: Sequence[TextEpisode], responses: Sequence[str]) -> list[StepResult]:
+    """:meth:`TextEpisode.step` of every episode with its response, pooled environments stepped
+    together (in parallel over the pool's workers).
+
+    Example:
+        >>> import tempfile
+        >>> from agent_envs.pool import EnvPool
+        >>> from agent_envs.webshop.testing import write_mini_catalogue
+        >>> kw = {"catalogue": str(write_mini_catalogue(tempfile.mkdtemp())), "verify": False, "tagger": "lexicon"}
+        >>> pool = EnvPool("WebShop-Rubric-v0", kw, n=2)
+        >>> eps = [TextEpisode(pool.env_handle(k)) for k in range(2)]
+        >>> _ = reset_all(eps, [0, 0])
+        >>> [r.step.valid for r in step_all(eps, ["<action>search[shoes]</action>", "<action>dance</action>"])]
+        [True, False]
+        >>> pool.close()
+    """
+    actions = [ep._action(r) for ep, r in zip(episodes, responses, strict=True)]
+    results = _call_all(episodes, "step", [(a,) for a in actions])
+    return [ep._record(r, a, res) for ep, r, a, res in zip(episodes, responses, actions, results)]
+
+
+class EpisodePool:
+    """Text episodes on the environments of one :class:`~agent_envs.pool.EnvPool`, for the
+    sessions of an RL library's worker process (verl's agent loop, OpenRLHF's agents): each
+    session :meth:`acquire` s an episode on a free environment slot and :meth:`release` s it
+    when done, so environments (catalogue, search index, grounded games) are built once and
+    live in worker processes (or Ray actors), off the library's event loop.
+
+    Args:
+        env, env_kwargs: The environment (a Gymnasium id or a picklable factory, and its kwargs).
+        workers, backend: Where the environments live (:class:`~agent_envs.pool.EnvPool`).
+    """
+
+    def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
+                 backend: str = "process") -> None:
+        from agent_envs.pool import EnvPool
+
+        self.pool = EnvPool(env, env_kwargs, workers=workers, backend=backend)
+        self._free: list[int] = []
+        self._made = 0
+
+    def acquire(self, **episode_kwargs: Any) -> TextEpisode:
+        """A :class:`TextEpisode` (``episode_kwargs``: its options) on a free environment."""
+        if self._free:
+            k = self._free.pop()
+        else:
+            k, self._made = self._made, self._made + 1
+        return TextEpisode(self.pool.env_handle(k), **episode_kwargs)
+
+    @property
+    def idle(self) -> list[int]:
+        """The environment slots free for the next :meth:`acquire` (the last one first)."""
+        return list(self._free)
+
+    def release(self, episode: TextEpisode, *, retire: bool = False) -> None:
+        """Give the episode's environment back (``retire``: never reuse it, e.g. after it raised)."""
+        if not retire:
+            self._free.append(episode.env.k)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+_EPISODE_POOLS: dict[str, EpisodePool] = {}
+
+
+def episode_pool(env: str, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
+                 backend: str = "process") -> EpisodePool:
+    """The process-wide :class:`EpisodePool` of this environment, workers and backend."""
+    key = json.dumps([env, dict(env_kwargs or {}), workers, backend], sort_keys=True, default=str)
+    if key not in _EPISODE_POOLS:
+        _EPISODE_POOLS[key] = EpisodePool(env, env_kwargs, workers=workers, backend=backend)
+    return _EPISODE_POOLS[key]

@@ -11,8 +11,12 @@ this file to OpenRLHF::
 OpenRLHF builds ``AgentExecutor()`` without arguments, so the environment comes from the
 environment variables ``RUBRICGYM_ENV`` (a Gymnasium id, default ``WebShop-Rubric-v0``),
 ``RUBRICGYM_ENV_KWARGS`` (JSON for ``gym.make``), ``RUBRICGYM_MAX_TURNS`` (default 50) and
-``RUBRICGYM_STYLE`` (``action_only`` or ``think``); or subclass :class:`AgentExecutor` with a
-:class:`AgentConfig`.
+``RUBRICGYM_STYLE`` (``action_only`` or ``think``), ``RUBRICGYM_ENV_WORKERS`` (worker
+processes the environments live in, default 1; 0: in this process on one engine thread) and
+``RUBRICGYM_ENV_BACKEND`` (``process`` or ``ray``: Ray actors, spread over OpenRLHF's Ray
+cluster); or subclass :class:`AgentExecutor` with a :class:`AgentConfig`.  Environments are
+reset and stepped with ``await`` (:class:`~wrappers.integrations.episode.EpisodePool`), never
+on OpenRLHF's event loop.
 
 Each sample is one episode: :meth:`RubricAgent.reset` ignores the dataset prompt and starts
 the environment on the row's label (the task), returning the first decision prompt in the
@@ -37,7 +41,14 @@ from typing import Any
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from agent_envs.trajectory import Trajectory
-from wrappers.integrations.episode import TextEpisode, chat_next_turn, chat_start, parse_task
+from wrappers.integrations.episode import (
+    EpisodePool,
+    TextEpisode,
+    chat_next_turn,
+    chat_start,
+    episode_pool,
+    parse_task,
+)
 
 __all__ = ["AgentConfig", "AgentExecutor", "RubricAgent"]
 
@@ -52,15 +63,23 @@ class AgentConfig:
     env = "WebShop-Rubric-v0"
     max_turns = 50
     style = "action_only"
+    env_workers = 1
+    env_backend = "process"
 
     def __init__(self, env: str = env, env_kwargs: Mapping[str, Any] | None = None, max_turns: int = max_turns,
-                 style: str = style) -> None:
+                 style: str = style, env_workers: int = env_workers, env_backend: str = env_backend) -> None:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if isinstance(env_workers, bool) or not isinstance(env_workers, int) or env_workers < 0:
+            raise ValueError(f"env_workers must be a non-negative int, got {env_workers!r}")
+        if env_backend not in ("process", "ray"):
+            raise ValueError(f"env_backend must be 'process' or 'ray', got {env_backend!r}")
         self.env, self.env_kwargs, self.max_turns, self.style = env, dict(env_kwargs or {}), max_turns, style
+        self.env_workers, self.env_backend = env_workers, env_backend
 
     def __repr__(self) -> str:
-        return f"AgentConfig(env={self.env!r}, env_kwargs={self.env_kwargs!r}, max_turns={self.max_turns}, style={self.style!r})"
+        return (f"AgentConfig(env={self.env!r}, env_kwargs={self.env_kwargs!r}, max_turns={self.max_turns}, "
+                f"style={self.style!r}, env_workers={self.env_workers}, env_backend={self.env_backend!r})")
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> AgentConfig:
@@ -76,30 +95,9 @@ class AgentConfig:
                 f"RUBRICGYM_ENV_KWARGS must be a JSON object, got {raw[:80]!r}")
         return cls(env=env.get("RUBRICGYM_ENV", cls.env), env_kwargs=kwargs,
                    max_turns=int(env.get("RUBRICGYM_MAX_TURNS", cls.max_turns)),
-                   style=env.get("RUBRICGYM_STYLE", cls.style))
-
-    def key(self) -> str:
-        return json.dumps([self.env, dict(self.env_kwargs), self.max_turns, self.style], sort_keys=True, default=str)
-
-
-class _Pool:
-    """Idle episodes per configuration: environments are reused across samples (making a
-    WebShop or ALFWorld environment loads its catalogue or grammar)."""
-
-    def __init__(self) -> None:
-        self.idle: dict[str, list[TextEpisode]] = {}
-
-    def acquire(self, cfg: AgentConfig) -> TextEpisode:
-        free = self.idle.setdefault(cfg.key(), [])
-        if free:
-            return free.pop()
-        return TextEpisode(cfg.env, cfg.env_kwargs, style=cfg.style, max_steps=cfg.max_turns)
-
-    def release(self, cfg: AgentConfig, episode: TextEpisode) -> None:
-        self.idle.setdefault(cfg.key(), []).append(episode)
-
-
-_POOL = _Pool()
+                   style=env.get("RUBRICGYM_STYLE", cls.style),
+                   env_workers=int(env.get("RUBRICGYM_ENV_WORKERS", cls.env_workers)),
+                   env_backend=env.get("RUBRICGYM_ENV_BACKEND", cls.env_backend))
 
 
 class RubricAgent(AgentInstanceBase):
@@ -119,8 +117,9 @@ class RubricAgent(AgentInstanceBase):
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         """Start the episode named by ``states["label"]`` (:func:`~wrappers.integrations.episode.task_prompt` JSON)."""
         spec = parse_task(states.get("label"))
-        self.episode = _POOL.acquire(self.config)
-        text = self.episode.reset(spec["task"], spec["seed"], spec["split"])
+        cfg = self.config
+        self.episode = self._pool().acquire(style=cfg.style, max_steps=cfg.max_turns)
+        text = await self.episode.areset(spec["task"], spec["seed"], spec["split"])
         return {**states, "observation": text if self.tokenizer is None else chat_start(self.tokenizer, text)}
 
     async def step(self, states: dict, **kwargs: Any) -> dict:
@@ -130,7 +129,7 @@ class RubricAgent(AgentInstanceBase):
         ep = self.episode
         if ep is None:
             raise RuntimeError("reset() must come before step()")
-        r = ep.step(states["action_text"])
+        r = await ep.astep(states["action_text"])
         if r.done:
             feedback = ""
             self._finish()
@@ -154,17 +153,21 @@ class RubricAgent(AgentInstanceBase):
             self._finish()
 
     def discard(self) -> None:
-        """Close the environment of an episode that failed (it does not go back to the pool)."""
+        """Drop the environment of an episode that failed (it is never reused)."""
         ep, self.episode = self.episode, None
         if ep is not None:
-            ep.close()
+            self._pool().release(ep, retire=True)
+
+    def _pool(self) -> EpisodePool:
+        cfg = self.config
+        return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend)
 
     def _finish(self) -> None:
         """Record the ended episode and give its environment back to the pool."""
         ep, self.episode = self.episode, None
         assert ep is not None
         traj = ep.trajectory(slot=0)
-        _POOL.release(self.config, ep)
+        self._pool().release(ep)
         if self.on_done is not None:
             self.on_done(traj)
 

@@ -46,6 +46,8 @@ from wrappers.integrations.episode import (
     TextEpisode,
     chat_next_turn,
     chat_start,
+    reset_all,
+    step_all,
     task_prompt,
 )
 
@@ -84,30 +86,40 @@ class EnvRollout:
         max_tokens: Stop an episode (truncated) once prompt + completion reach this many tokens.
         style, list_actions, compact: The decision prompt (SPEC §7).
         parser: ``parser(response, info) -> action`` (default: the ``<action>`` block).
+        env_workers: Worker processes the environments live in (an
+            :class:`~agent_envs.pool.EnvPool`): each turn's resets and steps run in parallel
+            over them instead of one after another in the trainer process (0: in this process).
     """
 
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 30,
                  max_tokens: int | None = None, style: str = "action_only", list_actions: bool = True,
-                 compact: bool = False, parser: ActionParser | None = None) -> None:
+                 compact: bool = False, parser: ActionParser | None = None, env_workers: int = 0) -> None:
+        from agent_envs.pool import EnvPool
+
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
-        self.env, self.env_kwargs, self.max_turns, self.max_tokens = env, dict(env_kwargs or {}), max_turns, max_tokens
+        self.max_turns, self.max_tokens = max_turns, max_tokens
+        self.pool = EnvPool(env, env_kwargs, workers=env_workers)
         self.episode_kwargs = {"style": style, "list_actions": list_actions, "compact": compact, "parser": parser,
                                "max_steps": max_turns}
         self.episodes: list[TextEpisode] = []
 
     def _episodes(self, n: int) -> list[TextEpisode]:
         while len(self.episodes) < n:
-            self.episodes.append(TextEpisode(self.env, self.env_kwargs, **self.episode_kwargs))
+            self.episodes.append(TextEpisode(self.pool.env_handle(len(self.episodes)), **self.episode_kwargs))
         return self.episodes[:n]
+
+    def close(self) -> None:
+        """Close the environments and stop their workers."""
+        self.pool.close()
 
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
         tok = trainer.processing_class
         tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
         eos_ids = set(getattr(trainer, "eos_token_ids", None) or [tok.eos_token_id])
         eps = self._episodes(len(prompts))
-        prompt_ids = [tok.encode(chat_start(tok, ep.reset(_prompt_text(p))), add_special_tokens=False)
-                      for ep, p in zip(eps, prompts)]
+        prompt_ids = [tok.encode(chat_start(tok, text), add_special_tokens=False)
+                      for text in reset_all(eps, [_prompt_text(p) for p in prompts])]
         comp: list[list[int]] = [[] for _ in eps]
         mask: list[list[int]] = [[] for _ in eps]
         logps: list[list[float]] = [[] for _ in eps]
@@ -121,14 +133,14 @@ class EnvRollout:
             query = [prompt_ids[k] + comp[k] for k in live] or [prompt_ids[0]]
             ids_list, lp_list = trainer._generate_single_turn(query, None, {}, 1)
             have_logps = have_logps and lp_list is not None
-            for k, ids, lp in zip(live, ids_list, lp_list or [None] * len(live)):
-                ids = list(ids)
+            ids_list = [list(ids) for ids in ids_list]
+            results = step_all([eps[k] for k in live], [tok.decode(ids, skip_special_tokens=True) for ids in ids_list])
+            for k, ids, lp, r in zip(live, ids_list, lp_list or [None] * len(live), results):
                 start = len(comp[k])
                 comp[k] += ids
                 mask[k] += [1] * len(ids)
                 logps[k] += list(lp) if lp is not None else [0.0] * len(ids)
                 spans[k].append((start, len(comp[k])))
-                r = eps[k].step(tok.decode(ids, skip_special_tokens=True))
                 if r.done:
                     continue
                 ended = bool(ids) and ids[-1] in eos_ids

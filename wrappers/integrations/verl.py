@@ -73,7 +73,7 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without
 from agent_envs.trajectory import Step, Trajectory
 from wrappers.credit import available_estimators
 from wrappers.credit.flat import FlatCredit, flat_advantages, flat_credit
-from wrappers.integrations.episode import TextEpisode
+from wrappers.integrations.episode import TextEpisode, episode_pool
 
 __all__ = [
     "AGENT_LOOP",
@@ -316,12 +316,6 @@ class RubricgymSyncTrainer(PPOTrainerSync):
 
 
 # --- the agent loop -------------------------------------------------------------------------------
-#: Idle episodes (environments) per (env id, env kwargs, prompt settings), reused across runs of a
-#: worker process: building an environment (catalogue, search index, game files) costs far more
-#: than a reset.  An episode is used by one run at a time.
-_IDLE: dict[str, list[TextEpisode]] = {}
-
-
 def _episode_spec(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     """Merge the loop's defaults with the dataset row's ``extra_info["rubricgym"]`` (JSON text
     or a mapping, see :func:`write_dataset`)."""
@@ -340,6 +334,11 @@ def _episode_spec(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
     cap = spec["max_steps"]
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ValueError(f"max_steps must be a positive int or None, got {cap!r}")
+    workers = spec["env_workers"]
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"env_workers must be a non-negative int, got {workers!r}")
+    if spec["env_backend"] not in ("process", "ray"):
+        raise ValueError(f"env_backend must be 'process' or 'ray', got {spec['env_backend']!r}")
     return spec
 
 
@@ -357,15 +356,20 @@ class RubricgymEnvLoop(AgentLoopBase):
     Keyword arguments (an agent-loop config file gives them, ``agent_loop_config_path``; a
     dataset row's ``extra_info["rubricgym"]`` overrides them per prompt): ``env_id``,
     ``env_kwargs``, ``task``, ``seed``, ``split``, ``max_steps``, ``history_length``,
-    ``style`` (``"think"``/``"action_only"``), ``list_actions``, ``compact``, ``system``.
+    ``style`` (``"think"``/``"action_only"``), ``list_actions``, ``compact``, ``system``,
+    ``env_workers``, ``env_backend``.
 
-    The environment is stepped inside the event loop (environments are not thread-safe);
-    generation requests of other sessions wait meanwhile.
+    The environments never run on the event loop: they live in ``env_workers`` worker
+    processes (default 1; ``env_backend="ray"``: Ray actors, which a multi-node job spreads
+    over its nodes) of an :class:`~agent_envs.pool.EnvPool` shared by the worker's sessions,
+    and every reset and step is awaited (:meth:`TextEpisode.astep
+    <wrappers.integrations.episode.TextEpisode.astep>`), so other sessions' generation requests
+    go on meanwhile.  ``env_workers=0`` keeps them in this process on one engine thread.
     """
 
     DEFAULTS: ClassVar[dict[str, Any]] = {"env_id": None, "env_kwargs": {}, "task": None, "seed": None, "split": None,
                                 "max_steps": None, "history_length": 2, "style": "think", "list_actions": True,
-                                "compact": False, "system": ""}
+                                "compact": False, "system": "", "env_workers": 1, "env_backend": "process"}
 
     def __init__(self, *args, **kwargs):
         settings = {k: kwargs.pop(k) for k in list(kwargs) if k in self.DEFAULTS}
@@ -374,15 +378,6 @@ class RubricgymEnvLoop(AgentLoopBase):
         self.defaults = {**self.DEFAULTS, **{k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
                                              for k, v in settings.items()}}
         self.response_length = self.rollout_config.response_length
-
-    def _acquire(self, spec: Mapping[str, Any]) -> tuple[str, TextEpisode]:
-        pool = json.dumps([spec["env_id"], spec["env_kwargs"], spec["style"], spec["list_actions"], spec["compact"]],
-                          sort_keys=True, default=str)
-        idle = _IDLE.setdefault(pool, [])
-        if idle:
-            return pool, idle.pop()
-        return pool, TextEpisode(spec["env_id"], spec["env_kwargs"], style=spec["style"],
-                                 list_actions=spec["list_actions"], compact=spec["compact"])
 
     def _prompt(self, ep: TextEpisode, spec: Mapping[str, Any]) -> list[dict[str, str]]:
         from trainers.prompts import build_messages, build_prompt
@@ -396,14 +391,18 @@ class RubricgymEnvLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         spec = _episode_spec(kwargs, self.defaults)
-        pool, ep = self._acquire(spec)
+        episodes = episode_pool(spec["env_id"], spec["env_kwargs"], workers=spec["env_workers"],
+                                backend=spec["env_backend"])
+        ep = episodes.acquire(style=spec["style"], list_actions=spec["list_actions"], compact=spec["compact"],
+                              max_steps=spec["max_steps"])
         try:
-            ep.max_steps = spec["max_steps"]
-            ep.reset(task=spec["task"], seed=spec["seed"], split=spec["split"])
+            await ep.areset(task=spec["task"], seed=spec["seed"], split=spec["split"])
             outputs = await self._play(ep, spec, sampling_params)
             traj = ep.trajectory(slot=int(kwargs.get("session_id", 0)))
-        finally:
-            _IDLE[pool].append(ep)
+        except BaseException:
+            episodes.release(ep, retire=True)  # an environment that raised is not reused
+            raise
+        episodes.release(ep)
         for out, step in zip(outputs, traj.steps, strict=True):
             out.extra_fields[ROW_FIELD] = encode_row(step, task_id=traj.task_id, score=traj.score,
                                                      success=traj.success, truncated=traj.truncated)
@@ -426,7 +425,7 @@ class RubricgymEnvLoop(AgentLoopBase):
                 assistant_logprobs=gen.log_probs if gen.log_probs else None)
             response_ids = merged.token_ids[-len(mask):] if mask else []
             prompt_ids = merged.token_ids[: len(merged.token_ids) - len(mask)]
-            ep.step(self.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
+            await ep.astep(self.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
             n = self.response_length
             outputs.append(AgentLoopOutput(
                 prompt_ids=prompt_ids, response_ids=response_ids[:n], response_mask=mask[:n],

@@ -1,0 +1,608 @@
+"""Persistent environments in this process, in worker processes or in Ray actors.
+
+:class:`EnvPool` keeps environments of one kind alive between episodes (an ALFWorld game that
+is played again resets fast; building a WebShop catalogue or search index happens once) and
+steps them two ways:
+
+* **batched and synchronous** — :meth:`EnvPool.reset` / :meth:`EnvPool.step` /
+  :meth:`EnvPool.call` take one item per environment and return when all are done; items of
+  different workers run in parallel.  :class:`~agent_envs.rollout.GroupRunner`'s lock-step
+  loop, the trainer and the arena use this;
+* **one environment at a time, asynchronously** — ``await pool.areset(k, ...)`` /
+  ``await pool.astep(k, action)`` never block the caller's event loop: the environment runs in
+  its worker and the reply resolves a future.  A GPU trainer's agent loop (verl's
+  ``rubricgym_env``), :meth:`GroupRunner.arun <agent_envs.rollout.GroupRunner.arun>` and
+  TRL's rollout step hundreds of episodes concurrently this way.
+
+Where environments live (``workers`` and ``backend``):
+
+* ``workers=0``: in this process.  Synchronous calls run on the caller's thread; asynchronous
+  ones on one dedicated engine thread (engines such as ALFWorld's TextWorld are not
+  thread-safe, so one pool never touches its environments from two threads at once — do not
+  mix synchronous and asynchronous calls on an in-process pool concurrently).  A full garbage
+  collection of the engine's objects still pauses the event loop: use workers for that.
+* ``workers=W, backend="process"`` (default): W worker processes (``spawn``), environment ``k``
+  in worker ``k % W``.  One I/O thread per worker sends requests and reads replies, batching
+  every request queued meanwhile into one message, so the caller only enqueues.
+* ``workers=W, backend="ray"``: W Ray actors (``pip install rubricgym[ray]``; an initialised
+  Ray, e.g. inside verl or OpenRLHF, or a local one started with ``ray.init``), so a multi-node
+  job spreads its environments over the cluster; ``ray_options`` go to ``actor.options``
+  (default ``{"num_cpus": 1}``).
+
+A worker that raises reports the traceback for that item only (other items of the same
+message still run); a worker that dies, is stopped (SIGSTOP) or does not reply within
+``timeout`` seconds makes every later call raise :class:`RolloutWorkerError` naming it.
+
+Example:
+    >>> import asyncio
+    >>> pool = EnvPool("CartPole-v1", n=2)
+    >>> [len(obs) for obs, info in pool.reset([(0, 1, None), (1, 1, None)])]
+    [4, 4]
+    >>> async def one_step():
+    ...     obs, reward, terminated, truncated, info = await pool.astep(0, 1)
+    ...     return reward
+    >>> asyncio.run(one_step())
+    1.0
+    >>> pool.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["BACKENDS", "EnvFactory", "EnvPool", "PooledEnv", "RolloutWorkerError"]
+
+logger = logging.getLogger(__name__)
+
+EnvFactory = Callable[[], Any]
+
+#: Where a pool with workers keeps its environments.
+BACKENDS = ("process", "ray")
+
+#: Seconds between checks that a worker being waited for is still running (its reply ends the wait at once).
+_POLL_S = 0.5
+
+#: Most requests one message to a worker carries (the rest wait for the next message).
+_MAX_BATCH = 512
+
+#: One request: ``("reset", (k, seed, options))`` or ``("step", (k, action))``.
+Request = tuple[str, tuple]
+
+
+class RolloutWorkerError(RuntimeError):
+    """An environment raised inside a worker (the message carries its traceback), or a worker
+    died, was stopped or did not reply in time (the message names it)."""
+
+
+class _WorkerStopped(ChildProcessError):
+    """A worker that is stopped (SIGSTOP/SIGTSTP), so its reply never comes."""
+
+
+class _WorkerTimeout(TimeoutError):
+    """A worker that did not reply within the pool's ``timeout``."""
+
+
+def _process_state(pid: int | None) -> str:
+    """The process state letter of ``pid`` from Linux ``/proc`` (``"T"``: stopped by a signal,
+    ``"Z"``: exited); ``""`` where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, ValueError):
+        return ""
+
+
+def _proc_cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of ``pid`` from Linux ``/proc`` (0 where it cannot be read)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+# ------------------------------------------------------------------------------------------
+# What every host runs: make an environment on first use, reset or step it
+# ------------------------------------------------------------------------------------------
+
+
+def _make_env(env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> Any:
+    if callable(env):
+        return env()
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401  (registers the rubricgym ids)
+
+    return gym.make(env, **dict(env_kwargs))
+
+
+def _apply_one(envs: dict[int, Any], env: str | EnvFactory, env_kwargs: Mapping[str, Any], cmd: str, item: tuple) -> Any:
+    k = item[0]
+    if k not in envs:
+        envs[k] = _make_env(env, env_kwargs)
+    if cmd == "reset":
+        return envs[k].reset(seed=item[1], options=item[2])
+    if cmd == "step":
+        return envs[k].step(item[1])
+    raise ValueError(f"unknown command {cmd!r}")  # pragma: no cover - internal protocol
+
+
+def _serve(envs: dict[int, Any], env: str | EnvFactory, env_kwargs: Mapping[str, Any], requests: Sequence[Request],
+           *, keep_exceptions: bool = False) -> list[tuple[str, Any]]:
+    """Run ``requests`` in order: ``("ok", result)`` or ``("error", traceback text)`` each
+    (``("raised", exception)`` with ``keep_exceptions``, for hosts in this process)."""
+    out: list[tuple[str, Any]] = []
+    for cmd, item in requests:
+        try:
+            out.append(("ok", _apply_one(envs, env, env_kwargs, cmd, item)))
+        except Exception as exc:  # noqa: BLE001  (forwarded to the caller)
+            out.append(("raised", exc) if keep_exceptions else ("error", traceback.format_exc()))
+    return out
+
+
+def _close_all(envs: dict[int, Any]) -> None:
+    for e in envs.values():
+        try:
+            e.close()
+        except Exception:
+            logger.debug("closing an environment failed", exc_info=True)
+    envs.clear()
+
+
+def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    envs: dict[int, Any] = {}
+    try:
+        while True:
+            msg = conn.recv()
+            if msg is None:
+                break
+            conn.send(_serve(envs, env, env_kwargs, msg))
+    except (EOFError, KeyboardInterrupt):
+        pass
+    finally:
+        _close_all(envs)
+
+
+# ------------------------------------------------------------------------------------------
+# Hosts: each takes lists of requests and answers through a concurrent.futures.Future
+# ------------------------------------------------------------------------------------------
+
+
+class _QueuedHost:
+    """A host served by one thread that drains a queue of ``(requests, future)`` jobs,
+    batching every job queued meanwhile into one :meth:`_exchange`."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._broken: RolloutWorkerError | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, requests: Sequence[Request]) -> Future:
+        fut: Future = Future()
+        self._jobs.put((list(requests), fut))
+        return fut
+
+    def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _take(self) -> tuple[list[tuple[list[Request], Future]], bool]:
+        """The next jobs (at least one, up to :data:`_MAX_BATCH` requests) and whether to stop."""
+        first = self._jobs.get()
+        if first is None:
+            return [], True
+        jobs, size = [first], len(first[0])
+        while size < _MAX_BATCH:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+            size += len(job[0])
+        return jobs, False
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            jobs, stop = self._take()
+            jobs = [(reqs, fut) for reqs, fut in jobs if fut.set_running_or_notify_cancel()]
+            if jobs:
+                self._answer(jobs)
+
+    def _answer(self, jobs: list[tuple[list[Request], Future]]) -> None:
+        if self._broken is None:
+            try:
+                replies = self._exchange([r for reqs, _ in jobs for r in reqs])
+            except RolloutWorkerError as exc:
+                self._broken = exc
+            except BaseException as exc:  # noqa: BLE001  (a bug: hand it to the callers)
+                for _, fut in jobs:
+                    fut.set_exception(exc)
+                return
+        if self._broken is not None:
+            for _, fut in jobs:
+                fut.set_exception(self._broken)
+            return
+        at = 0
+        for reqs, fut in jobs:
+            fut.set_result(replies[at : at + len(reqs)])
+            at += len(reqs)
+
+    def _stop_thread(self, wait: float = 30.0) -> None:
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join(timeout=wait)
+
+
+class _ThreadHost(_QueuedHost):
+    """The environments of an in-process pool, served on one dedicated engine thread."""
+
+    def __init__(self, pool: EnvPool) -> None:
+        self._pool = pool
+        super().__init__(f"rubricgym-env-{pool.name}")
+
+    def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:
+        p = self._pool
+        return _serve(p.local, p.env, p.env_kwargs, requests, keep_exceptions=True)
+
+    def close(self) -> None:
+        self._stop_thread()
+
+
+class _ProcessHost(_QueuedHost):
+    """One worker process, spoken to over a pipe by one I/O thread of this process."""
+
+    def __init__(self, index: int, ctx: Any, pool: EnvPool) -> None:
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, pool.env, pool.env_kwargs), daemon=True)
+        self.proc.start()
+        child.close()
+        self.index, self.conn, self.timeout = index, parent, pool.timeout
+        super().__init__(f"rubricgym-env-worker-{index}")
+
+    def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:
+        try:
+            self.conn.send(requests)
+            return self._receive()
+        except (EOFError, OSError, _WorkerStopped, _WorkerTimeout) as exc:  # BrokenPipeError: killed between calls
+            raise RolloutWorkerError(self._describe(exc)) from exc
+
+    def _receive(self) -> Any:
+        """The worker's reply; checks every :data:`_POLL_S` seconds of waiting that the worker
+        still runs (a dead one raises ``EOFError``, a stopped one — read from Linux ``/proc`` —
+        :class:`_WorkerStopped`) and that ``timeout`` has not passed."""
+        start = time.monotonic()
+        while not self.conn.poll(_POLL_S):
+            if not self.proc.is_alive():
+                raise EOFError(f"rollout worker {self.index} exited without replying")
+            if _process_state(self.proc.pid) == "T":
+                raise _WorkerStopped(f"rollout worker {self.index} is stopped")
+            if self.timeout is not None and time.monotonic() - start > self.timeout:
+                raise _WorkerTimeout(f"rollout worker {self.index} did not reply")
+        return self.conn.recv()
+
+    def _describe(self, exc: BaseException) -> str:
+        w, pid = self.index, self.proc.pid
+        lost = "its environments are lost, close this pool and make a new one"
+        if isinstance(exc, _WorkerStopped):
+            return f"rollout worker {w} (pid {pid}) is stopped (by SIGSTOP or SIGTSTP), so its reply would never come; {lost}"
+        if isinstance(exc, _WorkerTimeout):
+            return (f"rollout worker {w} (pid {pid}) did not reply within {self.timeout:g} s (an environment "
+                    f"step that never ends?); {lost}")
+        self.proc.join(timeout=1.0)
+        code = self.proc.exitcode
+        how = "is still running but its pipe is closed" if code is None else (
+            f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+        return f"rollout worker {w} (pid {pid}) died: it {how}; {lost}"
+
+    def cpu_seconds(self) -> float:
+        return _proc_cpu_seconds(self.proc.pid)
+
+    def close(self) -> None:
+        self._stop_thread(wait=10.0)
+        stuck = self._thread.is_alive() or isinstance(getattr(self._broken, "__cause__", None), _WorkerTimeout)
+        if stuck or _process_state(self.proc.pid) == "T":  # busy forever, or stopped: it reads no None and ignores SIGTERM
+            self.proc.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self._thread.join(timeout=10)  # a killed worker ends a wait in progress
+        self.conn.close()
+
+
+class _EnvActor:
+    """The body of a Ray actor holding environments (Ray runs its calls one at a time, so the
+    engine stays on one thread)."""
+
+    def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> None:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        self.env, self.env_kwargs, self.envs = env, dict(env_kwargs), {}
+
+    def serve(self, requests: list[Request]) -> list[tuple[str, Any]]:
+        return _serve(self.envs, self.env, self.env_kwargs, requests)
+
+    def cpu_seconds(self) -> float:
+        return _proc_cpu_seconds(os.getpid())
+
+    def close(self) -> None:
+        _close_all(self.envs)
+
+
+class _RayHost:
+    """One Ray actor; its calls' ObjectRefs are turned into futures that raise
+    :class:`RolloutWorkerError` when the actor is gone."""
+
+    _actor_class: Any = None
+
+    def __init__(self, index: int, pool: EnvPool) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise ImportError("backend='ray' needs Ray: pip install 'rubricgym[ray]'") from exc
+        if not ray.is_initialized():
+            raise RuntimeError("backend='ray' needs a running Ray: call ray.init() (or run inside a Ray job) first")
+        if _RayHost._actor_class is None:
+            _RayHost._actor_class = ray.remote(_EnvActor)
+        self.ray, self.index, self.timeout = ray, index, pool.timeout
+        self.actor = _RayHost._actor_class.options(**pool.ray_options).remote(pool.env, pool.env_kwargs)
+        self._broken: RolloutWorkerError | None = None
+
+    def submit(self, requests: Sequence[Request]) -> Future:
+        out: Future = Future()
+        if self._broken is not None:
+            out.set_exception(self._broken)
+            return out
+        ref_future = self.actor.serve.remote(list(requests)).future()
+        ref_future.add_done_callback(lambda f: self._settle(f, out))
+        return out
+
+    def _settle(self, done: Future, out: Future) -> None:
+        exc = done.exception()
+        if exc is None:
+            out.set_result(done.result())
+            return
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        why = " ".join(dict.fromkeys(lines[:1] + lines[-1:]))  # Ray's first and last lines; the middle is ids
+        self._broken = RolloutWorkerError(f"Ray env actor {self.index} failed: {type(exc).__name__}: {why}; "
+                                          "its environments are lost, close this pool and make a new one")
+        out.set_exception(self._broken)
+
+    def cpu_seconds(self) -> float:
+        try:
+            return float(self.ray.get(self.actor.cpu_seconds.remote(), timeout=10))
+        except Exception:  # noqa: BLE001  (a dead actor has used what it used)
+            return 0.0
+
+    def close(self) -> None:
+        try:
+            self.ray.get(self.actor.close.remote(), timeout=10)
+        except Exception:
+            logger.debug("closing a Ray env actor failed", exc_info=True)
+        self.ray.kill(self.actor)
+
+
+# ------------------------------------------------------------------------------------------
+# The pool
+# ------------------------------------------------------------------------------------------
+
+
+class EnvPool:
+    """Persistent environments of one kind, in this process, in worker processes or in Ray actors.
+
+    Environment ``k`` is made on first use and lives in this process (``workers=0``) or in
+    worker ``k % workers`` for the pool's lifetime; it is reset to a new task for every
+    episode.  See the module docstring for the two ways to step it.
+
+    Args:
+        env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``) or a zero-argument
+            factory returning an environment (picklable for workers: a module-level function
+            or ``functools.partial``).
+        env_kwargs: Keyword arguments for ``gym.make`` (ignored with a factory).
+        n: Number of slots (indices ``0..n-1``; ``None``: unbounded).
+        workers: Worker processes or Ray actors (0 = environments in this process; at most ``n``).
+        start_method: multiprocessing start method of worker processes (``spawn``: safe after
+            torch or an engine has been imported).
+        backend: ``"process"`` or ``"ray"`` (used when ``workers > 0``).
+        ray_options: Options of each Ray actor (``actor.options(**ray_options)``).
+        timeout: Seconds a worker may take to answer one message before the pool gives it up
+            (``None``: no limit; a dead or stopped worker is detected either way).
+    """
+
+    def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None, *,
+                 workers: int = 0, start_method: str = "spawn", backend: str = "process",
+                 ray_options: Mapping[str, Any] | None = None, timeout: float | None = None) -> None:
+        if not (isinstance(env, str) or callable(env)):
+            raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be a non-negative int, got {workers!r}")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"n must be a positive int or None, got {n!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        self.env, self.env_kwargs, self.n = env, dict(env_kwargs or {}), n
+        self.workers = workers if n is None else min(workers, n)
+        self.backend, self.timeout = backend, timeout
+        self.ray_options = dict(ray_options) if ray_options is not None else {"num_cpus": 1}
+        self.name = env if isinstance(env, str) else getattr(env, "__name__", type(env).__name__)
+        self.local: dict[int, Any] = {}
+        self._thread_host: _ThreadHost | None = None
+        self._lock = threading.Lock()
+        self.hosts: list[Any] = []
+        if self.workers and backend == "process":
+            ctx = mp.get_context(start_method)
+            self.hosts = [_ProcessHost(w, ctx, self) for w in range(self.workers)]
+        elif self.workers:
+            self.hosts = [_RayHost(w, self) for w in range(self.workers)]
+
+    @property
+    def procs(self) -> list[Any]:
+        """The worker processes (``backend="process"``; empty otherwise)."""
+        return [h.proc for h in self.hosts if isinstance(h, _ProcessHost)]
+
+    # --- batched, synchronous -------------------------------------------------------------
+
+    def reset(self, items: Sequence[tuple[int, int | None, Mapping[str, Any] | None]]) -> list[tuple[Any, dict[str, Any]]]:
+        """Reset environments: ``(index, seed, options)`` -> ``(obs, info)`` each, in order."""
+        return self.call("reset", items)
+
+    def step(self, items: Sequence[tuple[int, Any]]) -> list[tuple[Any, float, bool, bool, dict[str, Any]]]:
+        """Step environments: ``(index, action)`` -> the Gymnasium 5-tuple each, in order."""
+        return self.call("step", items)
+
+    def call(self, cmd: str, items: Sequence[tuple]) -> list[Any]:
+        """Run ``cmd`` (``"reset"`` or ``"step"``) for each ``(k, ...)`` item; results in item order.
+
+        Raises:
+            IndexError: an index outside ``0..n-1``.
+            RolloutWorkerError: an environment raised in a worker (with its traceback), or a
+                worker died, was stopped or timed out.
+        """
+        for item in items:
+            self._check_index(item[0])
+        if not self.workers:
+            return [_apply_one(self.local, self.env, self.env_kwargs, cmd, item) for item in items]
+        per: list[list[int]] = [[] for _ in range(self.workers)]
+        for pos, item in enumerate(items):
+            per[item[0] % self.workers].append(pos)
+        futures = {w: self.hosts[w].submit([(cmd, items[p]) for p in positions]) for w, positions in enumerate(per) if positions}
+        out: list[Any] = [None] * len(items)
+        failed: dict[int, BaseException] = {}
+        errors = []
+        for w, fut in futures.items():  # every host's answer is awaited, so none is left half-read
+            try:
+                replies = fut.result()
+            except RolloutWorkerError as exc:
+                failed[w] = exc
+                continue
+            for p, (status, payload) in zip(per[w], replies):
+                if status == "ok":
+                    out[p] = payload
+                else:
+                    errors.append(f"worker {w}:\n{payload}")
+        if failed:
+            w = min(failed)
+            raise RolloutWorkerError(f"{self.name}: {failed[w]}") from failed[w]
+        if errors:
+            raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n" + "\n".join(errors))
+        return out
+
+    # --- one environment, asynchronous ----------------------------------------------------
+
+    async def areset(self, k: int, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset environment ``k`` without blocking the event loop; returns ``(obs, info)``."""
+        return await self._acall("reset", (k, seed, options))
+
+    async def astep(self, k: int, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Step environment ``k`` without blocking the event loop; returns the Gymnasium 5-tuple."""
+        return await self._acall("step", (k, action))
+
+    async def _acall(self, cmd: str, item: tuple) -> Any:
+        self._check_index(item[0])
+        host = self.hosts[item[0] % self.workers] if self.workers else self._engine_thread()
+        ((status, payload),) = await asyncio.wrap_future(host.submit([(cmd, item)]))
+        if status == "ok":
+            return payload
+        if status == "raised":
+            raise payload
+        raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n{payload}")
+
+    def _engine_thread(self) -> _ThreadHost:
+        with self._lock:
+            if self._thread_host is None:
+                self._thread_host = _ThreadHost(self)
+            return self._thread_host
+
+    def env_handle(self, k: int) -> PooledEnv:
+        """Environment ``k`` as an object with ``reset``/``step`` and ``areset``/``astep``."""
+        self._check_index(k)
+        return PooledEnv(self, k)
+
+    def _check_index(self, k: Any) -> None:
+        if self.n is not None and not 0 <= k < self.n:
+            raise IndexError(f"environment index {k} out of range 0..{self.n - 1}")
+
+    # --- bookkeeping ----------------------------------------------------------------------
+
+    def worker_cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the live workers have used so far (Linux ``/proc``;
+        0 elsewhere or without workers)."""
+        return sum(h.cpu_seconds() for h in self.hosts)
+
+    def close(self) -> None:
+        """Close every environment and stop the workers (idempotent)."""
+        if self._thread_host is not None:
+            self._thread_host.close()
+            self._thread_host = None
+        _close_all(self.local)
+        for host in self.hosts:
+            host.close()
+        self.hosts = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            logger.debug("closing an EnvPool at garbage collection failed", exc_info=True)
+
+
+class PooledEnv:
+    """Environment ``k`` of an :class:`EnvPool`, with the Gymnasium ``reset``/``step`` and
+    their awaitable twins ``areset``/``astep`` (``close`` leaves the pool's environment alive).
+
+    Example:
+        >>> with EnvPool("CartPole-v1", n=1) as pool:
+        ...     env = pool.env_handle(0)
+        ...     obs, info = env.reset(seed=0)
+        ...     len(env.step(0))
+        5
+    """
+
+    def __init__(self, pool: EnvPool, k: int) -> None:
+        self.pool, self.k = pool, k
+
+    def reset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        return self.pool.call("reset", [(self.k, seed, options)])[0]
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return self.pool.call("step", [(self.k, action)])[0]
+
+    async def areset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        return await self.pool.areset(self.k, seed, options)
+
+    async def astep(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return await self.pool.astep(self.k, action)
+
+    def close(self) -> None:
+        """Nothing: the pool owns the environment."""

@@ -1,0 +1,193 @@
+"""Asynchronous stepping off the caller's thread (agent_envs.pool) and GroupRunner.arun."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from agent_envs.pool import EnvPool, RolloutWorkerError
+from agent_envs.rollout import GroupRunner, Turn
+
+
+class _Gated(gym.Env):
+    """``step`` waits (up to 20 s) for a file to appear and reports whether it did: a step run
+    on the caller's event loop cannot see the file that loop creates after issuing the step."""
+
+    observation_space = gym.spaces.Text(64)
+    action_space = gym.spaces.Text(64)
+
+    def __init__(self, gate: str, wait: float = 20.0) -> None:
+        self.gate, self.wait = Path(gate), wait
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "start", {}
+
+    def step(self, action):
+        if action == "boom":
+            raise ValueError("the environment refused 'boom'")
+        if action == "hang":
+            time.sleep(60)
+        deadline = time.monotonic() + self.wait
+        while not self.gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return "after", float(self.gate.exists()), True, False, {}
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_astep_does_not_block_the_event_loop(tmp_path, workers):
+    """The loop issues the step, then opens the gate the step waits for: this only finishes
+    with reward 1 when the step runs off the loop's thread (in-process: the engine thread).
+    The control steps on the loop's thread and gets 0."""
+    gate = tmp_path / "gate"
+
+    class Inline:  # the control: a step that runs on the event loop's thread
+        env = _Gated(str(gate), wait=0.5)
+
+        async def areset(self, k):
+            return self.env.reset()
+
+        async def astep(self, k, action):
+            return self.env.step(action)
+
+    async def main(pool):
+        await pool.areset(0)
+        step = asyncio.ensure_future(pool.astep(0, "go"))
+        await asyncio.sleep(0.05)
+        gate.touch()
+        return await step
+
+    with EnvPool(functools.partial(_Gated, str(gate)), n=1, workers=workers) as pool:
+        assert asyncio.run(main(pool))[1] == 1.0
+    gate.unlink()
+    assert asyncio.run(main(Inline()))[1] == 0.0
+
+
+class _Counter(gym.Env):
+    observation_space = gym.spaces.Text(16)
+    action_space = gym.spaces.Text(16)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.n = int((options or {}).get("task", 0))
+        return str(self.n), {"admissible_actions": ["up", "stay"]}
+
+    def step(self, action):
+        self.n += 1 if action == "up" else 0
+        return str(self.n), float(self.n >= 4), self.n >= 4, False, {"admissible_actions": ["up", "stay"], "won": self.n >= 4}
+
+
+def test_arun_lets_episodes_overtake_a_slow_one():
+    """Slot 0's policy answers only once every sibling has finished: in lock step that can
+    never happen; with ``arun`` the siblings run ahead and slot 0 finishes last."""
+    finished: list[int] = []
+    others_done = asyncio.Event()
+
+    async def policy(turn: Turn) -> str:
+        if turn.slot == 0 and turn.t == 0:
+            await asyncio.wait_for(others_done.wait(), timeout=30)
+        return "up"
+
+    def on_step(turn, step, info):
+        if info.get("won"):
+            finished.append(turn.slot)
+            if len(finished) == 3:
+                others_done.set()
+
+    with GroupRunner(_Counter, workers=0, max_steps=10) as runner:
+        groups = asyncio.run(runner.arun([0], policy, group_size=4, on_step=on_step))
+    assert finished == [1, 2, 3, 0]
+    assert [t.success for t in groups[0]] == [True] * 4 and [len(t) for t in groups[0]] == [4] * 4
+
+
+def _alfworld_kwargs():
+    return {"split": "generated", "generated_n": 2, "generated_seed": 3}  # the embedded default: no download
+
+
+def _seeded_choice(turn: Turn) -> str:
+    actions = list(turn.info["admissible_actions"])
+    return random.Random(1000 * turn.group + 100 * turn.slot + turn.t).choice(actions)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_arun_plays_the_same_episodes_as_run(workers):
+    """ALFWorld-generated, 2 tasks x 3 siblings, a policy that depends only on (group, slot,
+    t): the asynchronous loop (in-process and over 2 workers) equals the lock-step one."""
+    kwargs = _alfworld_kwargs()
+
+    async def policy(turn):
+        await asyncio.sleep(random.random() / 1000)  # answers arrive out of order
+        return _seeded_choice(turn)
+
+    with GroupRunner("ALFWorld-Rubric-v0", kwargs, max_steps=8) as runner:
+        expected = runner.run([0, 1], lambda turns: [_seeded_choice(t) for t in turns], group_size=3, seeds=[5, 6])
+    with GroupRunner("ALFWorld-Rubric-v0", kwargs, workers=workers, max_steps=8) as runner:
+        got = asyncio.run(runner.arun([0, 1], policy, group_size=3, seeds=[5, 6], concurrency=4))
+    assert got == expected
+    assert len({t.steps[0].observation for t in got[0]}) == 1  # siblings start identically
+    assert any(len(t) == 8 and t.truncated for g in got for t in g)
+
+
+def test_errors_are_per_episode_and_named(tmp_path):
+    """A raising step fails its own await (the traceback names the environment's error) and
+    leaves the other episodes in the same message alone; in-process the error is the
+    environment's own exception."""
+    (tmp_path / "gate").touch()
+    factory = functools.partial(_Gated, str(tmp_path / "gate"))
+
+    async def main(pool):
+        await asyncio.gather(*(pool.areset(k) for k in range(3)))
+        return await asyncio.gather(pool.astep(0, "go"), pool.astep(1, "boom"), pool.astep(2, "go"),
+                                    return_exceptions=True)
+
+    with EnvPool(factory, n=3, workers=1) as pool:
+        ok0, bad, ok2 = asyncio.run(main(pool))
+        assert ok0[1] == ok2[1] == 1.0
+        assert isinstance(bad, RolloutWorkerError) and "ValueError: the environment refused 'boom'" in str(bad)
+        with pytest.raises(RolloutWorkerError, match="refused 'boom'"):  # the batched path too
+            pool.step([(0, "boom"), (1, "go")])
+    with EnvPool(factory, n=1) as pool:
+        asyncio.run(pool.areset(0))
+        with pytest.raises(ValueError, match="refused 'boom'"):
+            asyncio.run(pool.astep(0, "boom"))
+
+
+def test_a_worker_that_never_answers_times_out_and_close_kills_it(tmp_path):
+    (tmp_path / "gate").touch()
+    pool = EnvPool(functools.partial(_Gated, str(tmp_path / "gate")), n=2, workers=1, timeout=1.0)
+    try:
+        pool.reset([(0, None, None)])
+        pid = pool.procs[0].pid
+        with pytest.raises(RolloutWorkerError, match=rf"rollout worker 0 \(pid {pid}\) did not reply within 1 s"):
+            pool.step([(0, "hang")])
+        with pytest.raises(RolloutWorkerError, match="did not reply"):  # lost for good: later calls say so
+            asyncio.run(pool.astep(1, "go"))
+    finally:
+        pool.close()
+    assert pool.hosts == [] and not os.path.exists(f"/proc/{pid}/stat") or _zombie_or_gone(pid)
+
+
+def _zombie_or_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_bad_pool_arguments_are_named():
+    with pytest.raises(ValueError, match="backend must be one of process, ray"):
+        EnvPool("CartPole-v1", backend="threads")
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        EnvPool("CartPole-v1", timeout=0)
+    with pytest.raises(ValueError, match="concurrency"), GroupRunner(_Counter) as runner:
+        asyncio.run(runner.arun([0], None, group_size=1, concurrency=0))
+    with EnvPool("CartPole-v1", n=1) as pool, pytest.raises(IndexError, match="out of range 0..0"):
+        asyncio.run(pool.astep(3, 0))
