@@ -49,6 +49,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -571,10 +572,8 @@ class EnvPool:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover
-        try:
+        with contextlib.suppress(Exception):  # at interpreter shutdown modules (even logging) may be gone
             self.close()
-        except Exception:  # interpreter shutdown: modules may already be gone
-            logger.debug("closing an EnvPool at garbage collection failed", exc_info=True)
 
 
 class PooledEnv:

@@ -528,6 +528,33 @@ def test_agent_loop_steps_off_the_event_loop(tokenizer, tmp_path, monkeypatch, w
     assert outputs[-1].extra_fields["reward_extra_info"]["success"] == 1.0
 
 
+def test_agent_loop_env_workers_as_ray_actors(tokenizer, transfer_queue):
+    """``env_backend="ray"``: the environments are Ray actors on verl's Ray cluster (here the
+    local one TransferQueue runs on); the walkthrough of a generated game wins through them."""
+    import gymnasium as gym
+    import ray
+
+    import agent_envs  # noqa: F401
+    from agent_envs.alfworld.data import task_walkthrough
+    from wrappers.integrations.episode import episode_pool
+
+    env_kwargs = {"split": "generated", "generated_n": 2, "generated_seed": 3}
+    probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
+    _, info = probe.reset(seed=0, options={"task": 1})
+    walkthrough = task_walkthrough(info)
+    probe.close()
+    server = StandInServer(tokenizer, lambda turn, adm: walkthrough[turn - 1])
+    spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 1, "seed": 0}
+    settings = {"env_backend": "ray", "env_workers": 2, "env_ray_options": {"num_cpus": 0}}
+    [outputs] = _play(server, tokenizer, spec, 1, **settings)
+    _check_outputs(outputs, tokenizer, walkthrough, won=True)
+    pool = episode_pool("ALFWorld-Rubric-v0", env_kwargs, workers=2, backend="ray", ray_options={"num_cpus": 0}).pool
+    assert [type(h).__name__ for h in pool.hosts] == ["_RayHost", "_RayHost"] and pool.procs == []
+    assert ray.get(pool.hosts[1].actor.serve.remote([("reset", (1, 0, {"task": 0}))]))[0][0] == "ok"  # an actor's own call
+    assert pool.worker_cpu_seconds() > 0
+    pool.close()
+
+
 def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
     import pandas as pd
 

@@ -352,14 +352,14 @@ class EpisodePool:
 
     Args:
         env, env_kwargs: The environment (a Gymnasium id or a picklable factory, and its kwargs).
-        workers, backend: Where the environments live (:class:`~agent_envs.pool.EnvPool`).
+        workers, backend, ray_options: Where the environments live (:class:`~agent_envs.pool.EnvPool`).
     """
 
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
-                 backend: str = "process") -> None:
+                 backend: str = "process", ray_options: Mapping[str, Any] | None = None) -> None:
         from agent_envs.pool import EnvPool
 
-        self.pool = EnvPool(env, env_kwargs, workers=workers, backend=backend)
+        self.pool = EnvPool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options)
         self._free: list[int] = []
         self._made = 0
 
@@ -389,9 +389,9 @@ _EPISODE_POOLS: dict[str, EpisodePool] = {}
 
 
 def episode_pool(env: str, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
-                 backend: str = "process") -> EpisodePool:
+                 backend: str = "process", ray_options: Mapping[str, Any] | None = None) -> EpisodePool:
     """The process-wide :class:`EpisodePool` of this environment, workers and backend."""
-    key = json.dumps([env, dict(env_kwargs or {}), workers, backend], sort_keys=True, default=str)
+    key = json.dumps([env, dict(env_kwargs or {}), workers, backend, ray_options], sort_keys=True, default=str)
     if key not in _EPISODE_POOLS:
-        _EPISODE_POOLS[key] = EpisodePool(env, env_kwargs, workers=workers, backend=backend)
+        _EPISODE_POOLS[key] = EpisodePool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options)
     return _EPISODE_POOLS[key]

@@ -357,11 +357,12 @@ class RubricgymEnvLoop(AgentLoopBase):
     dataset row's ``extra_info["rubricgym"]`` overrides them per prompt): ``env_id``,
     ``env_kwargs``, ``task``, ``seed``, ``split``, ``max_steps``, ``history_length``,
     ``style`` (``"think"``/``"action_only"``), ``list_actions``, ``compact``, ``system``,
-    ``env_workers``, ``env_backend``.
+    ``env_workers``, ``env_backend``, ``env_ray_options``.
 
     The environments never run on the event loop: they live in ``env_workers`` worker
-    processes (default 1; ``env_backend="ray"``: Ray actors, which a multi-node job spreads
-    over its nodes) of an :class:`~agent_envs.pool.EnvPool` shared by the worker's sessions,
+    processes (default 1; ``env_backend="ray"``: Ray actors on verl's own Ray cluster, which a
+    multi-node job spreads over its nodes; ``env_ray_options`` go to ``actor.options``,
+    default ``{"num_cpus": 1}``) of an :class:`~agent_envs.pool.EnvPool` shared by the worker's sessions,
     and every reset and step is awaited (:meth:`TextEpisode.astep
     <wrappers.integrations.episode.TextEpisode.astep>`), so other sessions' generation requests
     go on meanwhile.  ``env_workers=0`` keeps them in this process on one engine thread.
@@ -369,7 +370,8 @@ class RubricgymEnvLoop(AgentLoopBase):
 
     DEFAULTS: ClassVar[dict[str, Any]] = {"env_id": None, "env_kwargs": {}, "task": None, "seed": None, "split": None,
                                 "max_steps": None, "history_length": 2, "style": "think", "list_actions": True,
-                                "compact": False, "system": "", "env_workers": 1, "env_backend": "process"}
+                                "compact": False, "system": "", "env_workers": 1, "env_backend": "process",
+                                "env_ray_options": None}
 
     def __init__(self, *args, **kwargs):
         settings = {k: kwargs.pop(k) for k in list(kwargs) if k in self.DEFAULTS}
@@ -392,7 +394,7 @@ class RubricgymEnvLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         spec = _episode_spec(kwargs, self.defaults)
         episodes = episode_pool(spec["env_id"], spec["env_kwargs"], workers=spec["env_workers"],
-                                backend=spec["env_backend"])
+                                backend=spec["env_backend"], ray_options=spec["env_ray_options"])
         ep = episodes.acquire(style=spec["style"], list_actions=spec["list_actions"], compact=spec["compact"],
                               max_steps=spec["max_steps"])
         try:
