@@ -27,12 +27,13 @@ import agent_envs  # noqa: F401 - registers the environments
 from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
 from agent_envs.webshop.env import WebShopRubricEnv
 from agent_envs.webshop.oracle import oracle_action
-from agent_envs.webshop.remote import HttpBackend, RemoteError
+from agent_envs.webshop.remote import HttpBackend, RemoteError, ServerFullError
 from agent_envs.webshop.render import Node, to_text, to_text_rich
 from agent_envs.webshop.server import (
     MAX_CONTENT_LENGTH,
     BackgroundServer,
     SessionStore,
+    SessionStoreFull,
     create_app,
     decode_segment,
     encode_segment,
@@ -119,20 +120,81 @@ def test_url_segments_round_trip_and_never_split(text):
     assert decode_segment(encode_segment(None)) is None
 
 
-def test_session_store_is_lru_bounded(mini_dir):
+class FakeClock:
+    """Monotonic seconds that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_session_store_never_evicts_a_live_session_and_expires_idle_ones(mini_dir):
     cat = get_catalogue(CatalogueSpec(source=mini_dir, verify=False))
     from agent_envs.webshop.scorer import get_tagger
 
-    store = SessionStore(max_sessions=2)
+    clock = FakeClock()
+    store = SessionStore(max_sessions=2, ttl=100, clock=clock)
     mk = lambda sid: ShopSession(cat, cat.goals[0], get_tagger("lexicon"), sid)
-    store.put("a", mk("a"))
-    store.put("b", mk("b"))
-    assert store.get("a") is not None  # a is now the most recent
-    store.put("c", mk("c"))  # evicts b, the least recently used
-    assert (store.get("b"), len(store)) == (None, 2)
-    assert store.get("a").session.session_id == "a" and store.delete("c") and not store.delete("c")
-    with pytest.raises(ValueError, match="max_sessions"):
-        SessionStore(0)
+    store.put("a", mk("a"))  # a used at t=1000
+    clock.now = 1030.0
+    store.put("b", mk("b"))  # b used at t=1030
+    clock.now = 1060.0
+    assert store.get("a") is not None  # a used at t=1060: b is now the least recently used
+    with pytest.raises(SessionStoreFull, match=r"2 live sessions.*--max-sessions.*--session-ttl") as full:
+        store.put("c", mk("c"))
+    # b (last used at 1030) expires at 1030 + 100 = 1130: 70 s from t=1060
+    assert full.value.retry_after == 70
+    assert store.get("b") is not None and store.get("a") is not None and len(store) == 2  # nobody evicted
+    assert store.put("a", mk("a")).session.session_id == "a"  # a reset of a live id is always allowed
+    clock.now = 1060.0 + 99.0  # a and b were used at 1060: 99 s idle, both still live
+    assert len(store) == 2
+    clock.now = 1060.0 + 100.0  # 100 s idle: both expire, c gets a slot
+    store.put("c", mk("c"))
+    assert (store.get("a"), store.get("b"), len(store)) == (None, None, 1)
+    assert store.delete("c") and not store.delete("c")
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_sessions"):
+            SessionStore(bad)
+    for bad in (0, -5, float("inf"), float("nan"), "60"):
+        with pytest.raises(ValueError, match="ttl"):
+            SessionStore(4, ttl=bad)
+
+
+def test_full_server_answers_503_with_retry_after_and_idle_sessions_expire(mini_dir):
+    """Over real HTTP: a new id on a server full of live sessions gets 503 (JSON for the API,
+    HTML for pages) with Retry-After and the remedy; the live sessions keep playing; once
+    they are idle for the TTL they expire (404 naming the TTL) and new ids are admitted."""
+    clock = FakeClock()
+    app = create_app(CatalogueSpec(source=mini_dir, verify=False), tagger="lexicon", max_sessions=2,
+                     session_ttl=300, clock=clock)
+    with BackgroundServer(app) as srv, requests.Session() as http:
+        http.trust_env = False
+        u = srv.url
+        assert http.post(f"{u}/api/one/reset", json={"task": 0}).status_code == 200
+        assert http.get(f"{u}/two").status_code == 200
+        clock.now += 10.0
+        api = http.post(f"{u}/api/three/reset", json={"task": 0})
+        page = http.get(f"{u}/three")
+        assert api.status_code == page.status_code == 503
+        # both sessions were used at t=1000 and expire at 1300: 290 s from t=1010
+        assert api.headers["Retry-After"] == page.headers["Retry-After"] == "290"
+        assert api.json()["status"] == 503 and "--max-sessions" in api.json()["message"]
+        assert "text/html" in page.headers["Content-Type"] and "--session-ttl" in page.text
+        step = http.post(f"{u}/api/one/step", json={"action": "search[running shoes]"})
+        assert step.status_code == 200 and step.json()["snapshot"]["page"] == "results"
+        client = HttpBackend(u, tagger_name="lexicon-v1", session_id="three")
+        with pytest.raises(ServerFullError, match=rf"{re.escape(u)} is full.*--max-sessions.*--session-ttl") as err:
+            client.start(get_catalogue(CatalogueSpec(source=mini_dir, verify=False)).goals[0])
+        assert err.value.retry_after == 290.0 and isinstance(err.value, RemoteError)
+        clock.now += 290.0  # "two" idle for 300 s; "one" was used at t=1010, 290 s ago
+        assert http.post(f"{u}/api/three/reset", json={"task": 0}).status_code == 200
+        gone = http.get(f"{u}/search_results/two/shoes/1")
+        assert gone.status_code == 404 and "idle for more than 300 s" in gone.text
+        assert http.get(f"{u}/healthz").json()["sessions"] == 2  # one and three
+        clock.now += 300.0
+        assert http.get(f"{u}/healthz").json()["sessions"] == 0
 
 
 # --------------------------------------------------------------------------- HTML routes
@@ -500,11 +562,75 @@ def test_docker_files_publish_on_loopback_and_check_health():
     assert "/healthz" in " ".join(svc["healthcheck"]["test"])
     docker = (REPO / "docker/webshop/Dockerfile").read_text()
     assert re.search(r'CMD \["rubricgym", "webshop", "serve", "--host", "0\.0\.0\.0", "--port", "3000"', docker)
-    assert "/healthz" in docker and "pip install" in docker and "[webshop]" in docker
+    assert "/healthz" in docker and "STOPSIGNAL SIGTERM" in docker
     # the command the image runs exists with those options (the test above runs it)
     out = subprocess.run([sys.executable, "-m", "trainers.cli", "webshop", "serve", "--help"],
                          check=False, capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0 and "--host" in out.stdout and "--data" in out.stdout
+
+
+def test_compose_is_hardened_and_passes_verification_through():
+    """Read-only root with a tmpfs /tmp, no capabilities, no-new-privileges, a memory limit,
+    sha256 verification settable from the environment, and no endless restart loop."""
+    svc = yaml.safe_load((REPO / "docker/webshop/compose.yaml").read_text())["services"]["webshop"]
+    assert svc["read_only"] is True and any(str(t).startswith("/tmp") for t in svc["tmpfs"])
+    assert svc["cap_drop"] == ["ALL"] and "no-new-privileges:true" in svc["security_opt"]
+    assert svc["mem_limit"]
+    assert svc["environment"]["RUBRICGYM_WEBSHOP_VERIFY"] == "${RUBRICGYM_WEBSHOP_VERIFY:-1}"
+    assert re.fullmatch(r"on-failure:\d", svc["restart"])  # not always/unless-stopped
+    assert all(v.endswith(":ro") for v in svc["volumes"])
+
+
+def _lock_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("webshop_lock", REPO / "docker/webshop/lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PLOTTING_STACK = {"matplotlib", "pillow", "fonttools", "contourpy", "kiwisolver", "cycler", "pyparsing",
+                  "python-dateutil", "scipy"}
+
+
+def test_image_dependencies_are_locked_and_installed_before_the_source():
+    """docker/webshop/requirements.txt pins every package exactly, satisfies pyproject.toml's
+    webshop extra and the core dependencies the server imports, and holds no plotting stack;
+    the Dockerfile installs it before copying the source (layer cache), then the package with
+    --no-deps, and runs its check against the installed package."""
+    import tomllib
+    from packaging.utils import canonicalize_name
+
+    lock = _lock_module()
+    lines = [ln for ln in lock.LOCK.read_text().splitlines() if ln and not ln.startswith("#")]
+    pins = {}
+    for ln in lines:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][A-Za-z0-9.+!-]*)", ln)
+        assert m, f"not an exact pin: {ln!r}"
+        pins[canonicalize_name(m.group(1))] = m.group(2)
+    assert not PLOTTING_STACK & set(pins)
+    roots = lock.server_roots(tomllib.loads((REPO / "pyproject.toml").read_text()))
+    assert {"gunicorn", "flask", "spacy", "numpy", "gymnasium", "typer", "rich"} <= {canonicalize_name(r.name)
+                                                                                     for r in roots}
+    for req in roots:
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{name} missing from the lock: run python docker/webshop/lock.py"
+        assert req.specifier.contains(pins[name], prereleases=True), (req, pins[name])
+    assert not {canonicalize_name(n) for n in lock.NOT_IN_IMAGE} & {canonicalize_name(r.name) for r in roots}
+    assert "setuptools" in pins  # the package is built without the network (--no-build-isolation)
+
+    docker = (REPO / "docker/webshop/Dockerfile").read_text()
+    steps = [ln for ln in docker.splitlines() if re.match(r"(COPY|RUN|USER|WORKDIR|FROM|ARG) ", ln)]
+    first_source = next(i for i, ln in enumerate(steps) if re.match(r"COPY (agent_envs|pyproject)", ln))
+    lock_install = next(i for i, ln in enumerate(steps) if "pip install --no-deps -r /tmp/requirements.txt" in ln)
+    assert steps.index("COPY docker/webshop/requirements.txt /tmp/requirements.txt") < lock_install < first_source
+    assert "pip install --no-deps --no-build-isolation --no-index /tmp/src && rm -rf /tmp/src" in docker
+    check = next(i for i, ln in enumerate(steps) if ln.startswith("RUN python -c"))
+    assert check > first_source and steps[check - 1] == "WORKDIR /home/shop"
+    assert re.search(r"^ARG BASE=python:3\.11-slim-bookworm", docker, re.MULTILINE)
 
 
 def test_snapshot_json_round_trip_is_exact(mini_server, http, mini_dir):

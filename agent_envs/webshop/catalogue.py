@@ -225,6 +225,13 @@ def default_data_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "rubricgym" / "webshop"
 
 
+def _unreadable(path: Path, exc: OSError, what: str = "cannot read it") -> CatalogueError:
+    """``<path>: cannot read it (Permission denied)``, with the uid to grant access to."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    hint = f"; make it readable by uid {uid}" if isinstance(exc, PermissionError) and uid is not None else ""
+    return CatalogueError(f"{path}: {what} ({exc.strerror or exc}){hint}")
+
+
 def sha256_of(path: Path) -> str:
     """Hex sha256 of a file."""
     h = hashlib.sha256()
@@ -235,11 +242,19 @@ def sha256_of(path: Path) -> str:
 
 
 def find_real_files(directory: str | os.PathLike[str]) -> tuple[Path, Path, Path] | None:
-    """The first complete upstream file set in ``directory`` (or None)."""
+    """The first complete upstream file set in ``directory`` (or None).
+
+    Raises:
+        CatalogueError: ``directory`` cannot be searched (permissions), named.
+    """
     d = Path(directory).expanduser()
     for names in REAL_FILE_SETS:
         paths = tuple(d / n for n in names)
-        if all(p.is_file() for p in paths):
+        try:
+            found = all(p.is_file() for p in paths)
+        except OSError as exc:  # is_file() swallows "missing", not "permission denied"
+            raise _unreadable(d, exc, "cannot read the WebShop data directory") from None
+        if found:
             return paths  # type: ignore[return-value]
     return None
 
@@ -254,12 +269,16 @@ def verify_files(paths: Sequence[Path], strict: bool = True) -> dict[str, str]:
     out = {}
     for path in paths:
         path = Path(path)
-        digest = sha256_of(path)
+        try:
+            digest = sha256_of(path)
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
         want = PUBLISHED_SHA256.get(path.name)
         if want is None:
             if strict:
                 raise CatalogueError(f"{path}: no published sha256 for {path.name!r}; known files: "
-                                     f"{', '.join(PUBLISHED_SHA256)} (use --no-verify or verify=False to trust it)")
+                                     f"{', '.join(PUBLISHED_SHA256)} (to trust it: --no-verify, RUBRICGYM_WEBSHOP_VERIFY=0 "
+                                     "for `rubricgym webshop serve` and the image, or verify=False)")
             logger.warning("%s has no published sha256; using it unverified", path)
         elif digest != want:
             raise CatalogueError(f"{path}: sha256 {digest} does not match the published {want} "
@@ -275,7 +294,7 @@ def _read_json(path: Path) -> Any:
     except FileNotFoundError:
         raise CatalogueError(f"{path}: file not found") from None
     except OSError as exc:
-        raise CatalogueError(f"{path}: cannot read it ({exc})") from None
+        raise _unreadable(path, exc) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise CatalogueError(f"{path}: not valid JSON ({exc})") from None
     except RecursionError:

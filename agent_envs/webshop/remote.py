@@ -63,6 +63,7 @@ __all__ = [
     "BrowserBackend",
     "HttpBackend",
     "RemoteError",
+    "ServerFullError",
     "find_browser",
     "make_remote_backend",
     "precheck_action",
@@ -110,6 +111,25 @@ class RemoteError(RuntimeError):
     """The server is unreachable, refused a request, or the browser could not do an action."""
 
 
+class ServerFullError(RemoteError):
+    """The server holds its ``--max-sessions`` live sessions and refused a new one (HTTP 503).
+
+    Attributes:
+        retry_after: Seconds the server suggests waiting (its ``Retry-After``), or None.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _check_url(server_url: str) -> str:
     if not isinstance(server_url, str):
         raise TypeError(f"server_url must be a str like 'http://127.0.0.1:3000', got {type(server_url).__name__}")
@@ -154,7 +174,8 @@ class HttpBackend:
         self.server_catalogue: str | None = None
 
     def request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One API call; raises :class:`RemoteError` with the server's message on failure."""
+        """One API call; raises :class:`RemoteError` with the server's message on failure
+        (:class:`ServerFullError` when the server is full of live sessions: HTTP 503)."""
         import requests
 
         try:
@@ -168,6 +189,12 @@ class HttpBackend:
             body = None
         if r.status_code >= 400 or not isinstance(body, dict):
             msg = body.get("message") if isinstance(body, dict) else r.text[:200]
+            if r.status_code == 503:
+                raise ServerFullError(
+                    f"WebShop server {self.url} is full and refused session {self.session_id!r} "
+                    f"(HTTP 503: {msg}); close finished environments, wait, or restart the server with "
+                    "a larger --max-sessions or a shorter --session-ttl",
+                    _retry_after(r.headers.get("Retry-After")))
             raise RemoteError(f"{method} {self.url}{path}: HTTP {r.status_code}: {msg}")
         return body
 

@@ -58,7 +58,9 @@ class SearchIndex:
         import bm25s
 
         self.size = len(documents)
-        self._retriever = bm25s.BM25(method="lucene", k1=k1, b=b)
+        # csc_backend "numpy": the same index whether or not scipy is installed (bm25s would
+        # otherwise pick scipy when present; the scores are identical, the server image has no scipy)
+        self._retriever = bm25s.BM25(method="lucene", k1=k1, b=b, csc_backend="numpy")
         corpus = [tokenize(d) or [""] for d in documents]
         if self.size:
             self._retriever.index(corpus, show_progress=False)

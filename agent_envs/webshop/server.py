@@ -35,8 +35,14 @@ Safety: Jinja autoescaping on every template; keywords, asins and options travel
 percent-encoded path segments (:func:`encode_segment`); request bodies are capped
 (``MAX_CONTENT_LENGTH``), URLs, session ids, keywords and actions have length limits, and
 every malformed or oversize request gets a 4xx answer with a message (never a 5xx).  Pages
-send a restrictive Content-Security-Policy.  Sessions live in a thread-safe LRU store, each
-with its own lock, so concurrent clients never see each other's state.
+send a restrictive Content-Security-Policy.  Sessions live in a thread-safe store
+(:class:`SessionStore`), each with its own lock, so concurrent clients never see each other's
+state; a session idle for ``session_ttl`` seconds expires, and a live one is never evicted to
+admit a new id (a new id beyond ``max_sessions`` live sessions gets 503 with ``Retry-After``).
+
+Serving: :func:`agent_envs.webshop.wsgi.serve_production` (gunicorn; what
+``rubricgym webshop serve`` runs), :func:`serve` (werkzeug's development server) and
+:class:`BackgroundServer` (werkzeug in a thread of the caller, for tests and embedded use).
 
 Example:
     >>> from agent_envs.webshop.catalogue import CatalogueSpec
@@ -56,9 +62,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import random
 import re
 import threading
+import time
 import uuid
 import zlib
 from collections import OrderedDict
@@ -89,6 +97,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = [
+    "DEFAULT_SESSION_TTL_S",
     "MAX_ACTION_CHARS",
     "MAX_CONTENT_LENGTH",
     "MAX_SESSION_ID_CHARS",
@@ -96,6 +105,7 @@ __all__ = [
     "SESSION_ID_RE",
     "BackgroundServer",
     "SessionStore",
+    "SessionStoreFull",
     "ShopServer",
     "create_app",
     "decode_segment",
@@ -112,11 +122,14 @@ MAX_CONTENT_LENGTH = 64 * 1024
 #: Longest request path accepted (414 above).
 MAX_URL_CHARS = 8192
 MAX_SESSION_ID_CHARS = 64
+#: Idle seconds after which a session expires (``--session-ttl``).
+DEFAULT_SESSION_TTL_S = 1800.0
 #: Longest action accepted by the API (the environment's own limit).
 MAX_ACTION_CHARS = 4096
 #: Session ids: letters, digits, ``_`` and ``-``.
 SESSION_ID_RE = re.compile(rf"^[A-Za-z0-9_-]{{1,{MAX_SESSION_ID_CHARS}}}$")
 _FIXED_RE = re.compile(r"^fixed_(\d{1,9})$")
+_DRAIN_LIMIT = 1 << 20  # oversize bodies up to this size are read (and dropped) before the 413
 _NONE_SEGMENT = "%"  # never produced by encode_segment for a string (every '%' is escaped)
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
         "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
@@ -172,40 +185,111 @@ def is_loopback(host: str) -> bool:
 class _Entry:
     session: ShopSession
     lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = 0.0
+
+
+class SessionStoreFull(RuntimeError):
+    """The store holds ``max_sessions`` live sessions: a new id is refused (HTTP 503).
+
+    Attributes:
+        retry_after: Seconds until the least recently used session expires (then a slot frees).
+    """
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class SessionStore:
-    """Thread-safe LRU map of session id -> session (one lock per session).
+    """Thread-safe map of session id -> session (one lock per session) with idle expiry.
+
+    A session untouched for ``ttl`` seconds is dropped; a live one is never evicted to admit a
+    new id: when ``max_sessions`` live sessions exist, :meth:`put` of a new id raises
+    :class:`SessionStoreFull` (the server answers 503 with ``Retry-After``).  Replacing the
+    session of an existing id (a reset) is always allowed.
 
     Args:
-        max_sessions: Least recently used sessions beyond this are forgotten.
+        max_sessions: Live sessions held at most.
+        ttl: Idle seconds after which a session expires.
+        clock: Monotonic seconds (tests inject a fake one).
+
+    Example:
+        >>> from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
+        >>> cat, tagger = get_catalogue(CatalogueSpec(num_products=120)), get_tagger("lexicon")
+        >>> now = [0.0]  # a fake clock
+        >>> store = SessionStore(max_sessions=1, ttl=60, clock=lambda: now[0])
+        >>> _ = store.put("a", ShopSession(cat, cat.goals[0], tagger, "a"))
+        >>> now[0] = 59.0
+        >>> try:  # "a" is live: "b" is refused, "a" is kept
+        ...     store.put("b", ShopSession(cat, cat.goals[0], tagger, "b"))
+        ... except SessionStoreFull as exc:
+        ...     print(exc.retry_after, store.get("a") is not None)
+        1 True
+        >>> now[0] = 59.0 + 60  # "a" idle for 60 s: expired, "b" admitted
+        >>> _ = store.put("b", ShopSession(cat, cat.goals[0], tagger, "b"))
+        >>> store.get("a") is None, len(store)
+        (True, 1)
     """
 
-    def __init__(self, max_sessions: int = 4096) -> None:
-        if max_sessions < 1:
-            raise ValueError(f"max_sessions must be positive, got {max_sessions}")
+    def __init__(self, max_sessions: int = 4096, ttl: float = DEFAULT_SESSION_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be a positive integer, got {max_sessions!r}")
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < float("inf"):
+            raise ValueError(f"session ttl must be a positive number of seconds, got {ttl!r}")
         self.max_sessions = max_sessions
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self.ttl = float(ttl)
+        self.clock = clock
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._lock = threading.Lock()
 
+    def _expire(self, now: float) -> None:
+        """Drop sessions idle for ``ttl`` seconds or more (they sit at the front); lock held."""
+        while self._entries:
+            sid, entry = next(iter(self._entries.items()))
+            if now - entry.last_used < self.ttl:
+                return
+            del self._entries[sid]
+            logger.info("WebShop session %s expired (idle for %.0f s)", sid, now - entry.last_used)
+
+    def _touch(self, sid: str, entry: _Entry, now: float) -> None:
+        entry.last_used = now
+        self._entries.move_to_end(sid)
+
     def get(self, sid: str) -> _Entry | None:
-        """The entry of ``sid`` (marks it recently used), or None."""
+        """The live entry of ``sid`` (marks it used now), or None (unknown or expired)."""
         with self._lock:
+            now = self.clock()
+            self._expire(now)
             entry = self._entries.get(sid)
             if entry is not None:
-                self._entries.move_to_end(sid)
+                self._touch(sid, entry, now)
             return entry
 
     def put(self, sid: str, session: ShopSession) -> _Entry:
-        """Store a (new) session for ``sid``, replacing any old one."""
+        """Store a (new) session for ``sid``, replacing any old one of that id.
+
+        Raises:
+            SessionStoreFull: ``sid`` is new and ``max_sessions`` live sessions exist.
+        """
         entry = _Entry(session)
         with self._lock:
+            now = self.clock()
+            self._expire(now)
+            if sid not in self._entries and len(self._entries) >= self.max_sessions:
+                raise self._full(now)
             self._entries[sid] = entry
-            self._entries.move_to_end(sid)
-            while len(self._entries) > self.max_sessions:
-                old, _e = self._entries.popitem(last=False)
-                logger.info("evicted WebShop session %s (more than %d sessions)", old, self.max_sessions)
+            self._touch(sid, entry, now)
         return entry
+
+    def _full(self, now: float) -> SessionStoreFull:
+        oldest = next(iter(self._entries.values())).last_used
+        retry = max(1, math.ceil(oldest + self.ttl - now))
+        return SessionStoreFull(
+            f"the WebShop server holds {self.max_sessions} live sessions (its --max-sessions), none idle "
+            f"for {self.ttl:g} s (its --session-ttl); retry in {retry} s, close finished sessions "
+            "(DELETE /api/<session>), or restart the server with a larger --max-sessions or a shorter "
+            "--session-ttl", retry)
 
     def delete(self, sid: str) -> bool:
         """Forget ``sid``; True when it existed."""
@@ -213,7 +297,9 @@ class SessionStore:
             return self._entries.pop(sid, None) is not None
 
     def __len__(self) -> int:
+        """Live sessions (expired ones are dropped first)."""
         with self._lock:
+            self._expire(self.clock())
             return len(self._entries)
 
 
@@ -224,16 +310,19 @@ class ShopServer:
         catalogue: The shared catalogue.
         tagger: Default noun tagger of the scorer.
         goal_kind: Goal kind of sessions opened from a browser (``/<session>``).
-        max_sessions: Capacity of the session store.
+        max_sessions: Live sessions held at most (a new id beyond them gets 503).
+        session_ttl: Idle seconds after which a session expires.
+        clock: Monotonic seconds of the session store (tests inject a fake one).
     """
 
     def __init__(self, catalogue: Catalogue, tagger: NounTagger, goal_kind: str = "human",
-                 max_sessions: int = 4096) -> None:
+                 max_sessions: int = 4096, session_ttl: float = DEFAULT_SESSION_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         catalogue.goal_list(goal_kind)  # validates the kind
         self.catalogue = catalogue
         self.tagger = tagger
         self.goal_kind = goal_kind
-        self.sessions = SessionStore(max_sessions)
+        self.sessions = SessionStore(max_sessions, session_ttl, clock)
 
     def tagger_named(self, name: str | None) -> NounTagger:
         """The tagger a client asks for by name (its scores must match the client's)."""
@@ -273,7 +362,11 @@ class ShopServer:
         return goals[random.Random(zlib.crc32(sid.encode())).randrange(len(goals))]
 
     def new_session(self, sid: str, goal: Goal, tagger: NounTagger | None = None) -> _Entry:
-        """Start a fresh episode for ``sid`` on ``goal``."""
+        """Start a fresh episode for ``sid`` on ``goal``.
+
+        Raises:
+            SessionStoreFull: ``sid`` is new and the store is full of live sessions.
+        """
         return self.sessions.put(sid, ShopSession(self.catalogue, goal, tagger or self.tagger, session_id=sid))
 
 
@@ -452,6 +545,7 @@ class _ShopViews:
     def __init__(self, shop: ShopServer) -> None:
         self.shop = shop
         self.mounts: dict[str, str] = {}
+        self._full_logged = -math.inf
 
     def on_register(self, state: BlueprintSetupState) -> None:
         name = f"{state.name_prefix}.{state.name}".lstrip(".")
@@ -481,7 +575,8 @@ class _ShopViews:
         entry = self.shop.sessions.get(_check_sid(session_id))
         if entry is None:
             prefix = self._mount()[1]
-            abort(404, f"unknown session {session_id!r}; open {prefix}/{session_id} or "
+            abort(404, f"unknown session {session_id!r} (never opened, closed, or idle for more than "
+                       f"{self.shop.sessions.ttl:g} s); open {prefix}/{session_id} or "
                        f"POST {prefix}/api/{session_id}/reset first")
         return entry
 
@@ -499,6 +594,19 @@ class _ShopViews:
         raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI") or request.path
         if len(raw) > MAX_URL_CHARS or len(request.path) > MAX_URL_CHARS:
             abort(414, f"URLs longer than {MAX_URL_CHARS} characters are refused")
+
+    def check_body_length(self) -> None:
+        """413 for a declared body over MAX_CONTENT_LENGTH, read and dropped first when it is at
+        most 1 MiB: a body left unread would end the client's kept-alive connection after the
+        answer (gunicorn drains at most 64 KiB of it), and the client's next request with it."""
+        length = request.content_length
+        if length is None or length <= MAX_CONTENT_LENGTH:
+            return
+        if length <= _DRAIN_LIMIT:
+            stream = request.environ["wsgi.input"]
+            while length > 0 and (chunk := stream.read(min(length, 65536))):
+                length -= len(chunk)
+        abort(413, f"request bodies larger than {MAX_CONTENT_LENGTH} bytes are refused")
 
     def add_headers(self, resp: Response) -> Response:
         resp.headers.setdefault("Content-Security-Policy", _CSP)
@@ -521,6 +629,17 @@ class _ShopViews:
             resp.headers["Allow"] = ", ".join(exc.valid_methods)
         return resp
 
+    def store_full(self, exc: SessionStoreFull) -> Response:
+        """503 with ``Retry-After``: no live session is ever evicted to admit a new one (logged as
+        a warning at most once a minute; the access log has every refusal)."""
+        now = time.monotonic()
+        if now - self._full_logged >= 60.0:
+            self._full_logged = now
+            logger.warning("refusing new WebShop sessions: %s", exc)
+        resp = self.http_error(_http_exception(503, str(exc)))
+        resp.headers["Retry-After"] = str(exc.retry_after)
+        return resp
+
     def route_error(self, exc: RouteError) -> Response:
         return self.http_error(_http_exception(404 if str(exc).startswith("unknown product") else 400, str(exc)))
 
@@ -539,7 +658,8 @@ class _ShopViews:
         shop, cat = self.shop, self.shop.catalogue
         return jsonify(status="ok", catalogue=cat.description, products=len(cat.products),
                        goals={k: len(cat.goal_list(k)) for k in ("human", "synthetic")},
-                       tagger=shop.tagger.name, sessions=len(shop.sessions))
+                       tagger=shop.tagger.name, sessions=len(shop.sessions),
+                       max_sessions=shop.sessions.max_sessions, session_ttl=shop.sessions.ttl)
 
     def index(self, session_id: str) -> Response:
         """The start page (GET: opens the session, or starts a finished one over) or a search (POST)."""
@@ -684,9 +804,11 @@ def webshop_blueprint(shop: ShopServer, *, name: str = "webshop", app_wide: bool
     else:
         before, after, on_error = bp.before_request, bp.after_request, bp.errorhandler
     before(views.check_url_length)
+    before(views.check_body_length)
     after(views.add_headers)
     on_error(HTTPException)(views.http_error)
     on_error(RouteError)(views.route_error)
+    on_error(SessionStoreFull)(views.store_full)
     on_error(Exception)(views.unexpected)
     for rule, endpoint, methods in _ROUTES:
         bp.add_url_rule(rule, endpoint, getattr(views, endpoint), methods=list(methods))
@@ -695,7 +817,9 @@ def webshop_blueprint(shop: ShopServer, *, name: str = "webshop", app_wide: bool
 
 # --------------------------------------------------------------------------- the app
 def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: str | NounTagger = "auto",
-               goal_kind: str = "human", max_sessions: int = 4096) -> Flask:
+               goal_kind: str = "human", max_sessions: int = 4096,
+               session_ttl: float = DEFAULT_SESSION_TTL_S,
+               clock: Callable[[], float] = time.monotonic) -> Flask:
     """Build the Flask application: :func:`webshop_blueprint` at the root, app-wide.
 
     Args:
@@ -703,14 +827,18 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
             or None for the default generated catalogue.
         tagger: Noun tagger (name for :func:`get_tagger`, or an instance).
         goal_kind: Goal kind of sessions opened from a browser.
-        max_sessions: Sessions kept (least recently used ones are forgotten).
+        max_sessions: Live sessions held at most; a new session id beyond them gets HTTP 503
+            with ``Retry-After`` (a live session is never evicted).
+        session_ttl: Idle seconds after which a session expires (its slot frees).
+        clock: Monotonic seconds of the session store (tests inject a fake one).
 
     Returns:
         The app; its :class:`ShopServer` is ``app.extensions["webshop"]``.
     """
     cat = catalogue if isinstance(catalogue, Catalogue) else get_catalogue(catalogue or CatalogueSpec())
     tag = get_tagger(tagger) if isinstance(tagger, str) else tagger
-    shop = ShopServer(cat, tag, goal_kind=goal_kind, max_sessions=max_sessions)
+    shop = ShopServer(cat, tag, goal_kind=goal_kind, max_sessions=max_sessions, session_ttl=session_ttl,
+                      clock=clock)
 
     app = Flask(__name__, static_folder=None)  # the blueprint serves /static/
     app.config.update(MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH, MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,
@@ -786,7 +914,12 @@ class BackgroundServer:
 
 def serve(app: Flask, host: str = "127.0.0.1", port: int = 3000,
           on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve ``app`` in the foreground until interrupted (werkzeug, one thread per request).
+    """Serve ``app`` in the foreground with werkzeug's development server, until interrupted.
+
+    One thread per request, one connection per request, no graceful drain: SIGTERM ends it
+    abruptly (and as PID 1 of a container it is ignored).  For debugging and for comparison
+    (``bench/webshop_server.py``); ``rubricgym webshop serve`` runs
+    :func:`agent_envs.webshop.wsgi.serve_production` (gunicorn) instead.
 
     ``on_ready`` is called with the base URL once the socket is bound (``port=0`` picks a free port).
     """

@@ -10,8 +10,10 @@
 #   bash docker/webshop/build_local.sh base|image   # one step
 #
 # Users with Docker do not need this: `docker build -f docker/webshop/Dockerfile .` pulls the real
-# python:3.11-slim.  Times measured on 2 shared cores: the base 1 min 45 s once (debootstrap;
-# ~7 min on a loaded machine), then 4 s to re-import it from the cache; the image 1-2.5 min.
+# python:3.11-slim-bookworm.  Times measured on 2 shared cores: the base 1 min 45 s once
+# (debootstrap; ~7 min on a loaded machine), then 4 s to re-import it from the cache; the image
+# 1-4 min the first time, and after a source edit only the layers from `COPY agent_envs` on
+# (README.md's WebShop server section has the measured figures).
 #
 # Environment (all optional):
 #   RUBRICGYM_DOCKER_CACHE   where the base's root filesystem tarball is cached
@@ -116,9 +118,11 @@ build_image() {
   local mounts=() old new
   mapfile -t mounts < <(pip_mounts)
   old=$(buildah inspect --type image --format '{{.FromImageID}}' "$IMAGE" 2>/dev/null || true)
-  echo "== buildah bud $IMAGE FROM $BASE_IMAGE (1-4 min: pip installs the package and its deps)"
+  echo "== buildah bud $IMAGE FROM $BASE_IMAGE (first build 1-4 min: pip installs the locked deps;"
+  echo "   after a source edit only the package layers rebuild)"
   # --format docker: the OCI format has no HEALTHCHECK (buildah drops it with a warning).
-  (cd "$REPO" && buildah bud --isolation chroot --network host --pull=never --format docker \
+  # --layers: keep each step's layer as a cache, as Docker does (buildah's default is not to).
+  (cd "$REPO" && buildah bud --isolation chroot --network host --pull=never --format docker --layers \
       --build-arg "BASE=$BASE_IMAGE" "${mounts[@]}" \
       --ignorefile docker/webshop/Dockerfile.dockerignore \
       -f docker/webshop/Dockerfile -t "$IMAGE" .)

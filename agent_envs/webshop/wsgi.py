@@ -1,0 +1,191 @@
+"""The WebShop app in production: gunicorn, one worker process, N threads.
+
+``rubricgym webshop serve`` (and the Docker image's command) runs :func:`serve_production`:
+the Flask app of :func:`~agent_envs.webshop.server.create_app` under gunicorn's arbiter with
+one ``gthread`` worker.
+
+* **One process, N threads.**  Sessions live in the worker's memory
+  (:class:`~agent_envs.webshop.server.SessionStore`): a second worker process would hold
+  sessions of its own, and a client's next step could land on a process that never saw its
+  reset.  Concurrency comes from the worker's threads (``threads``), each request holding only
+  its session's lock; idle keep-alive connections wait in the worker's poller, not on a thread.
+* **Loaded once.**  The app (catalogue, search index, noun tagger) is built before gunicorn
+  starts and the worker is forked from it; the process is never recycled (sessions would go).
+* **Signals.**  SIGTERM (``docker stop``, systemd, Kubernetes): stop accepting, finish the
+  requests in flight (at most ``graceful_timeout`` seconds; kept-alive connections linger at
+  most 2 s for a request already on its way), exit 0.  The arbiter handles SIGTERM itself, so
+  it works as PID 1 of a container.  SIGINT (Ctrl-C): quick stop, exit 0.
+* **Logs.**  One access line per request on stdout (``access_log``), gunicorn's own lines on
+  stderr.
+* **Connection timeouts.**  An idle keep-alive connection is closed after ``keepalive``
+  seconds, a connection whose request does not arrive likewise; a worker whose main loop stalls
+  for ``worker_timeout`` seconds is killed and replaced (its sessions are lost).
+* **Limits.**  Request lines up to 8190 bytes (gunicorn's maximum; longer ones get 414),
+  100 header fields (431 beyond); the app's own limits (body size, URL length) apply after.
+
+Why gunicorn: it is the standard pre-fork WSGI server on Linux, with graceful drain on SIGTERM,
+access logs and keep-alive/connection timeouts built in, and no dependency of its own.  waitress
+(one process, threads) would fit the session model too, but installs no SIGTERM handler: the
+drain, and PID 1's signal handling, would be ours to write.  gunicorn runs on POSIX only.
+
+:func:`serve_production` takes over the calling process: gunicorn installs its signal handlers
+and forks the worker.  Call it only as a process's main job (the CLI does); tests and embedded
+use keep :class:`~agent_envs.webshop.server.BackgroundServer` (werkzeug in a thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from agent_envs.webshop.server import is_loopback
+
+__all__ = ["ProductionOptions", "base_url", "bind_socket", "serve_production"]
+
+logger = logging.getLogger(__name__)
+
+#: Longest request line gunicorn reads (its maximum); the app refuses URLs over MAX_URL_CHARS.
+_MAX_REQUEST_LINE = 8190
+_ACCESS_FORMAT = '%(h)s %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
+
+
+@dataclass(frozen=True)
+class ProductionOptions:
+    """How :func:`serve_production` runs gunicorn.
+
+    Attributes:
+        threads: Request threads of the one worker process (1-256).
+        graceful_timeout: Seconds SIGTERM waits for requests in flight before the worker is
+            killed (0-600).
+        keepalive: Seconds an idle keep-alive connection stays open (0: no keep-alive; 0-600).
+        worker_timeout: Seconds of a stalled worker main loop before it is replaced (1-3600).
+        access_log: One line per request on stdout.
+
+    Example:
+        >>> ProductionOptions(threads=4).gunicorn_settings(fd=7)["bind"]
+        ['fd://7']
+        >>> ProductionOptions(threads=0).check()
+        Traceback (most recent call last):
+        ...
+        ValueError: threads must be an integer from 1 to 256, got 0
+    """
+
+    threads: int = 8
+    graceful_timeout: int = 3
+    keepalive: int = 5
+    worker_timeout: int = 30
+    access_log: bool = True
+
+    def check(self) -> None:
+        """Raise ValueError naming the first option out of range."""
+        for name, low, high in (("threads", 1, 256), ("graceful_timeout", 0, 600), ("keepalive", 0, 600),
+                                ("worker_timeout", 1, 3600)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+
+    def gunicorn_settings(self, fd: int) -> dict[str, Any]:
+        """gunicorn's settings for serving the already bound socket ``fd``."""
+        shm = "/dev/shm"  # the worker's heartbeat file: a tmpfs even on a read-only root
+        return {
+            "bind": [f"fd://{fd}"], "workers": 1, "worker_class": "gthread", "threads": self.threads,
+            "preload_app": True, "max_requests": 0, "timeout": self.worker_timeout,
+            "graceful_timeout": self.graceful_timeout, "keepalive": self.keepalive,
+            "accesslog": "-" if self.access_log else None, "access_log_format": _ACCESS_FORMAT,
+            "errorlog": "-", "loglevel": "info", "proc_name": "rubricgym-webshop",
+            "limit_request_line": _MAX_REQUEST_LINE,
+            "worker_tmp_dir": shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None,
+            # no runtime control socket: it could add workers, and workers do not share sessions
+            "control_socket_disable": True,
+        }
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://host:port`` (IPv6 literals in brackets).
+
+    >>> base_url("127.0.0.1", 3000), base_url("::1", 80)
+    ('http://127.0.0.1:3000', 'http://[::1]:80')
+    """
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def bind_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``port=0``: a free port).
+
+    Raises:
+        OSError: the address cannot be resolved or bound (in use, not local, ...).
+    """
+    family, kind, proto, _name, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class _ShopApplication(BaseApplication):
+    """gunicorn's application interface over an already built WSGI app and fixed settings
+    (no configuration file, no ``GUNICORN_CMD_ARGS``, no command line)."""
+
+    def __init__(self, app: Flask, settings: dict[str, Any]) -> None:
+        self._app = app
+        self._settings = settings
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self._settings.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        return self._app
+
+
+def serve_production(app: Flask, host: str = "127.0.0.1", port: int = 3000, *,
+                     options: ProductionOptions | None = None,
+                     on_ready: Callable[[str], None] | None = None) -> int:
+    """Serve ``app`` with gunicorn until SIGTERM or SIGINT; returns the exit status (0).
+
+    Takes over the process (signal handlers, a forked worker): call it as a process's main job.
+    ``on_ready`` is called with the base URL once the server listens (``port=0`` picks a free
+    port, and the URL names it).
+
+    Raises:
+        ValueError: an option is out of range.
+        OSError: ``host:port`` cannot be bound.
+    """
+    opts = options or ProductionOptions()
+    opts.check()
+    if not is_loopback(host):
+        logger.warning("serving WebShop on %s: reachable from other machines (use 127.0.0.1 unless "
+                       "inside a container whose port is published on the host's loopback)", host)
+    sock = bind_socket(host, port)
+    url = base_url(host, sock.getsockname()[1])
+
+    def when_ready(_arbiter: Any) -> None:
+        logger.info("WebShop server (gunicorn, 1 worker x %d threads) on %s", opts.threads, url)
+        if on_ready is not None:
+            on_ready(url)
+
+    fd = sock.detach()  # gunicorn owns (and closes) the descriptor from here on
+    settings = {**opts.gunicorn_settings(fd), "when_ready": when_ready}
+    master = os.getpid()
+    try:
+        _ShopApplication(app, settings).run()
+    except SystemExit as exc:  # the arbiter ends with sys.exit(status)
+        if os.getpid() != master:
+            raise  # the forked worker leaves the way gunicorn means it to
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    return 0

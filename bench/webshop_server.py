@@ -1,0 +1,163 @@
+"""The production WebShop server against werkzeug's development server, side by side.
+
+Starts both on free 127.0.0.1 ports over the same generated catalogue (word-list tagger by
+default): ``rubricgym webshop serve`` (gunicorn, one worker, ``--threads`` threads, access log
+on as in production) and :func:`agent_envs.webshop.server.serve` (werkzeug's threaded
+development server, what ``rubricgym webshop serve`` ran before).  For each client count of
+``--clients`` (default 1, 8, 64), each server in turn runs the load of
+``bench/webshop_load.py``: every client a thread with its own session and ``requests``
+connection pool, playing oracle episodes through the JSON API (reset, then steps until the
+purchase); ``--episodes`` episodes in all per row, split over the clients.
+
+Prints, per client count and server: requests, throughput (requests/s), latency p50/p99,
+errors and wrong scores (``--repeats`` interleaved runs: medians of the figures, sums of the
+counts); then the production/development ratios of throughput and p99.  The
+clients run in this process, on the same cores as the server: on a 2-core machine they take
+a share of the CPU from both servers alike.
+
+Usage: ``python bench/webshop_server.py [--clients 1,8,64] [--episodes 512] [--repeats 3] [--threads 8]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+
+import webshop_load  # the load generator of bench/webshop_load.py
+
+from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
+
+DEV_SERVER = """
+import sys
+from agent_envs.webshop.catalogue import CatalogueSpec
+from agent_envs.webshop.server import create_app, serve
+app = create_app(CatalogueSpec(num_products=int(sys.argv[1])), tagger=sys.argv[2], max_sessions=4096)
+serve(app, port=0, on_ready=lambda url: print("serving on", url, flush=True))
+"""
+
+
+def _start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    """Start a server process; returns it and the URL it prints (``serving on URL``)."""
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+        if m:
+            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the pipe
+            return proc, m.group(1)
+    proc.kill()
+    raise SystemExit(f"{cmd[:6]}... did not start")
+
+
+def start_servers(args: argparse.Namespace) -> dict[str, tuple[subprocess.Popen, str]]:
+    prod = [sys.executable, "-m", "trainers.cli", "webshop", "serve", "--port", "0", "--num-products",
+            str(args.num_products), "--tagger", args.tagger, "--max-sessions", "4096", "--threads", str(args.threads)]
+    dev = [sys.executable, "-c", DEV_SERVER, str(args.num_products), args.tagger]
+    return {"gunicorn": _start(prod), "werkzeug dev": _start(dev)}
+
+
+def row(url: str, clients: int, args: argparse.Namespace, goals: list, catalogue) -> dict:
+    """One measurement: ``clients`` clients sharing ``args.episodes`` episodes."""
+    per_client = max(1, -(-args.episodes // clients))
+    load = argparse.Namespace(episodes=per_client, time_limit=args.time_limit, timeout=args.timeout, hostile=0)
+    return webshop_load.run(url, clients, load, goals, catalogue)
+
+
+def header(args: argparse.Namespace) -> str:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=False).stdout.strip()
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{datetime.date.today()} {cpu}, {os.cpu_count()} cores, load {load}; commit {commit or '?'} "
+            f"(+ working tree); {args.num_products} products, tagger {args.tagger}, gunicorn --threads "
+            f"{args.threads}; {args.episodes} oracle episodes per run, medians of {args.repeats} interleaved runs")
+
+
+def median_rows(rows: list[tuple[int, str, dict]]) -> list[tuple[int, str, dict]]:
+    """One row per (clients, server): medians of rates and latencies, sums of counts."""
+    out = []
+    for key in dict.fromkeys((c, n) for c, n, _r in rows):
+        runs = [r for c, n, r in rows if (c, n) == key]
+        merged = {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50", "p99")}
+        merged |= {k: sum(r[k] for r in runs) for k in ("requests", "errors", "wrong", "stuck")}
+        out.append((*key, merged))
+    return out
+
+
+def report(rows: list[tuple[int, str, dict]]) -> None:
+    head = (f"{'clients':>7} {'server':<13} {'requests':>8} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>8} "
+            f"{'errors':>6} {'wrong':>5}")
+    print(head)
+    print("-" * len(head))
+    for clients, name, r in rows:
+        print(f"{clients:>7} {name:<13} {r['requests']:>8} {r['rps']:>7.1f} {r['p50']:>7.1f} {r['p99']:>8.1f} "
+              f"{r['errors']:>6} {r['wrong']:>5}")
+    print("\ngunicorn / werkzeug dev:")
+    by = {(c, n): r for c, n, r in rows}
+    for clients in sorted({c for c, _n, _r in rows}):
+        g, w = by[(clients, "gunicorn")], by[(clients, "werkzeug dev")]
+        print(f"  {clients:>3} clients: throughput x{g['rps'] / w['rps']:.2f}, p99 x{g['p99'] / w['p99']:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--clients", default="1,8,64", help="comma-separated concurrent client counts (default 1,8,64)")
+    ap.add_argument("--episodes", type=int, default=512, help="oracle episodes per run, over all clients")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per row (default 3; medians)")
+    ap.add_argument("--threads", type=int, default=8, help="gunicorn's --threads (default 8, its default)")
+    ap.add_argument("--num-products", type=int, default=1000)
+    ap.add_argument("--tagger", default="lexicon", help="noun tagger of both servers (default lexicon)")
+    ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per row at most (default 300)")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default 60)")
+    args = ap.parse_args()
+    clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    if not clients or min(clients) < 1 or max(clients) > 256 or not 1 <= args.episodes <= 10_000:
+        raise SystemExit("--clients must be 1..256 each and --episodes 1..10000")
+    if not 1 <= args.repeats <= 20:
+        raise SystemExit("--repeats must be 1..20")
+
+    catalogue = get_catalogue(CatalogueSpec(num_products=args.num_products))
+    goals = catalogue.goal_list("human")
+    servers = start_servers(args)
+    rows: list[tuple[int, str, dict]] = []
+    try:
+        print(header(args))
+        for _proc, url in servers.values():
+            assert requests.get(url + "/healthz", timeout=30).json()["status"] == "ok"
+            row(url, 1, argparse.Namespace(**{**vars(args), "episodes": 4}), goals, catalogue)  # warm-up
+        for _rep in range(args.repeats):
+            for n in clients:
+                for name, (_proc, url) in servers.items():  # the same load on each, one after the other
+                    rows.append((n, name, row(url, n, args, goals, catalogue)))
+    finally:
+        for proc, _url in servers.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+    rows = median_rows(rows)
+    report(rows)
+    if any(r["errors"] or r["wrong"] or r["stuck"] for _c, _n, r in rows):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
