@@ -8,7 +8,8 @@ side by side in one run.  Printed per setting:
 * steps/s (decisions / wall seconds of the whole ``arun``, resets included; the games were
   grounded in a warm-up round first, as a long training run's are);
 * the ideal: ``workers / step time``, the step time being the environment's own mean step time
-  measured in this process (the lock-step ``GroupRunner.run``, no workers) — so "efficiency" is
+  measured in one process (the lock-step ``GroupRunner.run``, no workers; in a child process,
+  so that this process, like a trainer, holds no engine objects) — so "efficiency" is
   the share of the cores' worth of steps that reached the caller through the pool;
 * the event loop's longest stall while the episodes ran: a ticker coroutine sleeps 1 ms at a
   time and records how late it wakes (max and 99th percentile).
@@ -116,7 +117,13 @@ def main() -> None:
     env_kwargs = {"split": "generated", "generated_n": max(args.games, 60), "max_steps": args.horizon}
     factory = functools.partial(make_env, env_kwargs, args.memo)
     tasks = list(range(args.games))
-    step_s = _in_process_step_s(factory, tasks, args.group_size, args.horizon)
+    # measured in a child process, so this process (the "trainer") holds no engine objects and
+    # its garbage collections stay short, as a trainer's would
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        step_s = ex.submit(_in_process_step_s, factory, tasks, args.group_size, args.horizon).result()
     rows = [_pooled(factory, tasks, args.group_size, args.horizon, w) for w in args.workers]
     base = rows[0]["steps_per_s"]
     print(f"{args.games * args.group_size} concurrent ALFWorld-generated episodes ({args.games} games x "

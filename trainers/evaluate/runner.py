@@ -1,0 +1,236 @@
+"""``rubricgym eval``'s loop: every task of a panel, played by an agent, traced and summarised.
+
+One coroutine per episode (at most ``concurrency`` in flight) over an
+:class:`~wrappers.integrations.episode.EpisodePool` whose environments live in ``workers``
+worker processes, so the agent's requests (an inference server) and the environments' steps
+overlap and never block each other.  Each decision is prompted afresh (goal, the last
+``history_length`` turns, observation, admissible actions: :func:`trainers.prompts.build_prompt`,
+the trainer's wording) and answered as text (``<action>…</action>``) or as a tool call.
+
+The run folder::
+
+    run.json             the panel (name, hash, tasks), the agent and the settings
+    episodes/00007.jsonl one line per decision (prompt, reply, action, valid, reward, rubric),
+                         then one "end" line (success, score, steps, invalid, rubric, error)
+    results.json         the summary (also printed)
+
+An episode's file is written whole when it ends (atomically), so an interrupted run resumes
+without redoing finished episodes; an episode that ended in an agent error (an endpoint that
+failed after its retries) is counted as an error and played again on resume.  A folder of
+another panel hash or another agent is refused (``allow_hash_change`` takes a changed hash).
+Per-task results depend only on the task and the agent, not on workers or concurrency (for
+deterministic agents: the baselines, a local model or an endpoint at temperature 0 that is
+deterministic itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_envs.panels import Panel
+from trainers import stats
+from trainers.evaluate.agents import Agent, AgentError, TurnContext
+from trainers.evaluation import episode_metrics
+
+__all__ = ["EpisodeResult", "EvalSettings", "RunFolderError", "evaluate", "summarize"]
+
+TOOLS_SYSTEM = "Act by calling exactly one of the tools; its arguments name the action."
+
+
+class RunFolderError(ValueError):
+    """A run folder that belongs to another panel hash or agent, or a corrupt trace file."""
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How the episodes are played (recorded in ``run.json``)."""
+
+    workers: int = 1
+    concurrency: int = 4
+    limit: int | None = None
+    max_steps: int | None = None
+    seed: int = 0
+    style: str = "action_only"
+    history_length: int = 2
+    list_actions: bool = True
+    action_format: str = "text"
+    system: str = ""
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode (the "end" line of its trace)."""
+
+    index: int
+    task_id: str
+    success: bool
+    score: float
+    steps: int
+    invalid: int
+    truncated: bool
+    task_type: str | None = None
+    rubric: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in (rubric or {}).items() if isinstance(v, (bool, int, float))}
+
+
+def _prompt(ep: Any, settings: EvalSettings) -> list[dict[str, str]]:
+    from trainers.prompts import build_messages, build_prompt
+
+    h = settings.history_length
+    history = [(s.observation, s.action) for s in ep.steps[-h:]] if h else []
+    adm = [str(a) for a in (ep.info.get("admissible_actions") or [])]
+    text = build_prompt(ep.goal, ep.obs, adm, history, style=settings.style, step=len(ep.steps),
+                        list_actions=settings.list_actions)
+    system = "\n".join(x for x in (settings.system, TOOLS_SYSTEM if settings.action_format == "tools" else "") if x)
+    return build_messages(text, system or None)
+
+
+def _context(panel: Panel, index: int, ep: Any, first_info: Mapping[str, Any], settings: EvalSettings) -> TurnContext:
+    tools = None
+    if settings.action_format == "tools":
+        from trainers.evaluate.tools import tools_for
+
+        tools = tools_for([str(a) for a in ep.info.get("admissible_actions") or []])
+    return TurnContext(panel.hash, index, len(ep.steps), _prompt(ep, settings), ep.info, first_info, tools)
+
+
+async def _play(panel: Panel, index: int, agent: Agent, episodes: Any, settings: EvalSettings,
+                out: Path) -> EpisodeResult:
+    from trainers.prompts import format_action
+
+    task = panel.tasks[index]
+    ep = episodes.acquire(style=settings.style, list_actions=settings.list_actions, max_steps=settings.max_steps)
+    lines, error = [], None
+    try:
+        await ep.areset(task=task, seed=settings.seed, split=panel.spec.reset_options.get("split"))
+        first_info = dict(ep.info)
+        while not ep.done:
+            ctx = _context(panel, index, ep, first_info, settings)
+            try:
+                reply = await agent.decide(ctx)
+            except AgentError as exc:
+                error = str(exc)
+                ep.stop()
+                break
+            r = await ep.astep(reply.text if reply.action is None else format_action(reply.action))
+            lines.append({"t": ctx.t, "messages": list(ctx.messages), "reply": reply.text, "action": r.step.action,
+                          "valid": r.step.valid, "reward": r.reward, "done": r.done,
+                          "rubric": r.info.get("rubric"), "usage": dict(reply.usage)})
+    finally:
+        episodes.release(ep, retire=error is not None)
+    traj = ep.trajectory(slot=0)
+    result = EpisodeResult(index, panel.task_ids[index], traj.success, traj.score, len(traj.steps),
+                           sum(not s.valid for s in traj.steps), traj.truncated,
+                           (ep.info.get("task") or {}).get("type"), _numeric(ep.info.get("rubric") or {}), error)
+    body = "".join(json.dumps(line, default=str) + "\n" for line in lines)
+    _write_atomic(out / "episodes" / f"{index:05d}.jsonl", body + json.dumps({"end": True, **asdict(result)}) + "\n")
+    return result
+
+
+def _finished(path: Path) -> EpisodeResult | None:
+    """The result of a complete trace (``None``: absent, interrupted, or ended in an error)."""
+    if not path.is_file():
+        return None
+    try:
+        last = path.read_text(encoding="utf-8").rstrip("\n").rsplit("\n", 1)[-1]
+        end = json.loads(last)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunFolderError(f"{path}: not a trace file ({exc}); delete it to play the episode again") from exc
+    if not end.get("end") or end.get("error"):
+        return None
+    end.pop("end")
+    return EpisodeResult(**end)
+
+
+def _check_folder(out: Path, header: Mapping[str, Any], allow_hash_change: bool) -> None:
+    path = out / "run.json"
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RunFolderError(f"{path}: unreadable ({exc})") from exc
+    if old.get("panel") != header["panel"] or old.get("agent", {}).get("name") != header["agent"]["name"]:
+        raise RunFolderError(f"{out} holds a run of {old.get('panel')} by {old.get('agent', {}).get('name')}; "
+                             f"use another folder for {header['panel']} by {header['agent']['name']}")
+    if old.get("hash") != header["hash"] and not allow_hash_change:
+        raise RunFolderError(f"{out} was played on panel hash {str(old.get('hash'))[:12]}, this machine's "
+                             f"{header['panel']} has {header['hash'][:12]} (other games, goals or engine); "
+                             "use another folder, or pass --allow-hash-change to mix them")
+
+
+async def evaluate(panel: Panel, agent: Agent, out: str | Path, settings: EvalSettings, *,
+                   allow_hash_change: bool = False,
+                   on_episode: Callable[[EpisodeResult, bool], None] | None = None) -> list[EpisodeResult]:
+    """Play the panel's tasks (the first ``settings.limit``) with ``agent``; results in task order.
+
+    ``on_episode(result, resumed)`` is called for every episode (those found finished too).
+    """
+    from wrappers.integrations.episode import EpisodePool
+
+    out = Path(out)
+    n = len(panel.tasks) if settings.limit is None else min(settings.limit, len(panel.tasks))
+    header = {"panel": panel.name, "hash": panel.hash, "versions": dict(panel.versions), "tasks": n,
+              "env_id": panel.spec.env_id, "env_kwargs": dict(panel.spec.env_kwargs),
+              "agent": agent.describe(), "settings": asdict(settings)}
+    _check_folder(out, header, allow_hash_change)
+    _write_atomic(out / "run.json", json.dumps(header, indent=2, default=str) + "\n")
+    results: list[EpisodeResult | None] = [_finished(out / "episodes" / f"{i:05d}.jsonl") for i in range(n)]
+    for r in results:
+        if r is not None and on_episode is not None:
+            on_episode(r, True)
+    episodes = EpisodePool(panel.spec.env_id, panel.spec.env_kwargs, workers=settings.workers)
+    gate = asyncio.Semaphore(settings.concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            results[i] = await _play(panel, i, agent, episodes, settings, out)
+        if on_episode is not None:
+            on_episode(results[i], False)
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(n) if results[i] is None))
+    finally:
+        episodes.close()
+    done = [r for r in results if r is not None]
+    _write_atomic(out / "results.json", json.dumps(summarize(done, panel), indent=2) + "\n")
+    return done
+
+
+def summarize(results: Sequence[EpisodeResult], panel: Panel) -> dict[str, Any]:
+    """Success (Wilson 95 % interval), score and steps (Student-t 95 % intervals), the
+    invalid-action rate, success per task type, mean final rubric channels, errors, and the
+    panel's name and hash."""
+    n = len(results)
+    rows = [{"success": r.success, "score": r.score, "steps": r.steps, "invalid": r.invalid,
+             "task_type": r.task_type, "rubric": r.rubric} for r in results]
+    out: dict[str, Any] = {"panel": panel.name, "hash": panel.hash, "episodes": n,
+                           "errors": sum(r.error is not None for r in results)}
+    if not n:
+        return out
+    wins = sum(r.success for r in results)
+    out.update(episode_metrics(rows))
+    out["success_ci"] = list(stats.proportion_interval(wins, n))
+    out["score_ci"] = [x if not math.isnan(x) else None for x in stats.mean_interval([r.score for r in results])]
+    out["steps_ci"] = [x if not math.isnan(x) else None for x in stats.mean_interval([r.steps for r in results])]
+    return out
