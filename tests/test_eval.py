@@ -254,3 +254,16 @@ def test_a_real_llama_cpp_server_plays_the_panel(small_panel, tmp_path, llama_se
     if action_format == "tools":
         assert all(json.loads(x["reply"])["tool_call"]["name"] for x in lines[:3])
         assert all(r.invalid == 0 for r in results)
+
+
+def test_a_local_transformers_model_plays_greedily_and_deterministically(small_panel, tmp_path):
+    pytest.importorskip("transformers", reason="pip install 'rubricgym[train]'")
+    _, panel = small_panel
+    runs = []
+    for name in ("a", "b"):
+        agent = make_agent("hf:tiny-llama", env_id="x", env_kwargs={}, reset_options={}, max_tokens=8)
+        results, _ = _run(panel, agent, tmp_path / name, max_steps=2, limit=2, concurrency=2)
+        runs.append((results, (tmp_path / name / "episodes" / "00001.jsonl").read_text()))
+    assert runs[0] == runs[1] and [r.steps for r in runs[0][0]] == [2, 2]
+    header = json.loads((tmp_path / "a" / "run.json").read_text())
+    assert header["agent"] == {"name": "hf:tiny-llama", "temperature": 0.0, "max_tokens": 8}
