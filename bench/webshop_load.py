@@ -61,6 +61,11 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "trainers.cli", "webshop", "serve", "--host", "127.0.0.1", "--port", "0",
            "--num-products", str(args.num_products), "--tagger", args.tagger,
            "--max-sessions", str(max(4096, 4 * max(args.clients)))]
+    return start_process(cmd)
+
+
+def start_process(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    """Start a server process; returns it and the URL it prints (``serving on URL``)."""
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
@@ -72,7 +77,7 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the pipe
             return proc, m.group(1)
     proc.kill()
-    raise SystemExit("the WebShop server did not start")
+    raise SystemExit(f"{' '.join(cmd[:6])}... did not start")
 
 
 def client(url: str, cid: str, episodes: int, tasks: list[int], goals: list, catalogue, deadline: float,

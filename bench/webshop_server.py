@@ -24,12 +24,9 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import requests
@@ -54,18 +51,9 @@ serve(app, port=0, on_ready=lambda url: print("serving on", url, flush=True))
 
 def _start(cmd: list[str]) -> tuple[subprocess.Popen, str]:
     """Start a server process; returns it and the URL it prints (``serving on URL``)."""
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        m = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
-        if m:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the pipe
-            return proc, m.group(1)
-    proc.kill()
-    raise SystemExit(f"{cmd[:6]}... did not start")
+    from webshop_load import start_process  # bench/ is on sys.path (above)
+
+    return start_process(cmd)
 
 
 def start_servers(args: argparse.Namespace) -> dict[str, tuple[subprocess.Popen, str]]:
