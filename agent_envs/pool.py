@@ -31,7 +31,7 @@ Where environments live (``workers`` and ``backend``):
 
 A worker that raises reports the traceback for that item only (other items of the same
 message still run); a worker that dies, is stopped (SIGSTOP) or does not reply within
-``timeout`` seconds makes every later call raise :class:`RolloutWorkerError` naming it.
+``timeout`` seconds (worker processes) makes every later call raise :class:`RolloutWorkerError` naming it.
 
 Example:
     >>> import asyncio
@@ -368,7 +368,7 @@ class _RayHost:
             raise RuntimeError("backend='ray' needs a running Ray: call ray.init() (or run inside a Ray job) first")
         if _RayHost._actor_class is None:
             _RayHost._actor_class = ray.remote(_EnvActor)
-        self.ray, self.index, self.timeout = ray, index, pool.timeout
+        self.ray, self.index = ray, index
         self.actor = _RayHost._actor_class.options(**pool.ray_options).remote(pool.env, pool.env_kwargs)
         self._broken: RolloutWorkerError | None = None
 
@@ -429,8 +429,9 @@ class EnvPool:
             torch or an engine has been imported).
         backend: ``"process"`` or ``"ray"`` (used when ``workers > 0``).
         ray_options: Options of each Ray actor (``actor.options(**ray_options)``).
-        timeout: Seconds a worker may take to answer one message before the pool gives it up
-            (``None``: no limit; a dead or stopped worker is detected either way).
+        timeout: Seconds a worker process may take to answer one message before the pool gives
+            it up (``None``: no limit; a dead or stopped worker is detected either way).  Worker
+            processes only: a Ray actor's failures are Ray's to report.
     """
 
     def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None, *,

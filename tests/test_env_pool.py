@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from counter_env import CountTo  # tests/ is on sys.path
 
 from agent_envs.pool import EnvPool, RolloutWorkerError
 from agent_envs.rollout import GroupRunner, Turn
@@ -70,18 +71,8 @@ def test_astep_does_not_block_the_event_loop(tmp_path, workers):
     assert asyncio.run(main(Inline()))[1] == 0.0
 
 
-class _Counter(gym.Env):
-    observation_space = gym.spaces.Text(16)
-    action_space = gym.spaces.Text(16)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.n = int((options or {}).get("task", 0))
-        return str(self.n), {"admissible_actions": ["up", "stay"]}
-
-    def step(self, action):
-        self.n += 1 if action == "up" else 0
-        return str(self.n), float(self.n >= 4), self.n >= 4, False, {"admissible_actions": ["up", "stay"], "won": self.n >= 4}
+class _Counter(CountTo):
+    goal, actions = 4, ["up", "stay"]
 
 
 def test_arun_lets_episodes_overtake_a_slow_one():

@@ -117,6 +117,8 @@ def test_steps_do_not_block_openrlhfs_event_loop(tokenizer, tmp_path, monkeypatc
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "integrations"))  # rubricgym_gated_env
+    from rubricgym_gated_env import open_gate_when
+
     gate = tmp_path / "gate"
     monkeypatch.setenv("RUBRICGYM_ENV", "rubricgym_gated_env:Gated-v0")
     monkeypatch.setenv("RUBRICGYM_ENV_KWARGS", f'{{"gate": "{gate}", "wait": 20}}')
@@ -124,15 +126,9 @@ def test_steps_do_not_block_openrlhfs_event_loop(tokenizer, tmp_path, monkeypatc
     engine = StandInEngine(tokenizer, ["<action>wait</action>"])
     params = types.SimpleNamespace(max_tokens=64, logprobs=None)
 
-    async def open_gate_after_the_first_response():
-        while not engine.seen:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # the step is under way
-        gate.touch()
-
     async def main():
         out, _ = await asyncio.gather(executor.execute("p", task_prompt(0), params, 4096, tokenizer, engine),
-                                      open_gate_after_the_first_response())
+                                      open_gate_when(lambda: engine.seen, gate))
         return out
 
     assert asyncio.run(main())["reward"] == 10.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-import gymnasium as gym
 import pytest
+from counter_env import CountTo  # tests/ is on sys.path
 
 from agent_envs.rollout import GroupRunner, Turn, matching_keys, per_episode, rollout_group
 from agent_envs.trajectory import load_jsonl, save_jsonl
@@ -93,24 +93,8 @@ def test_runner_reuses_environments_across_groups(env_kwargs):
     assert calls[:6] == [6, 6, 6, 6, 4, 2]
 
 
-class _Counter(gym.Env):
-    """A tiny text environment without any rubric info: count to three."""
-
-    observation_space = gym.spaces.Text(16)
-    action_space = gym.spaces.Text(16)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.n = int((options or {}).get("task", 0))
-        return str(self.n), {}
-
-    def step(self, action):
-        self.n += 1 if action == "up" else 0
-        return str(self.n), float(self.n == 3), self.n == 3, False, {}
-
-
 def test_any_environment_factory_works():
-    trajs = rollout_group(_Counter, 1, per_episode(lambda obs, info: "up"), group_size=2)
+    trajs = rollout_group(CountTo, 1, per_episode(lambda obs, info: "up"), group_size=2)
     assert [[s.state_key for s in t.steps] for t in trajs] == [["1", "2"], ["1", "2"]]
     assert [s.reward for s in trajs[0].steps] == [0.0, 1.0] and trajs[0].task_id == "group-0"
     assert trajs[0].steps[0].keys == {} and trajs[0].steps[-1].next_state_key == "3"
@@ -118,15 +102,15 @@ def test_any_environment_factory_works():
 
 def test_bad_arguments_and_policies():
     with pytest.raises(ValueError, match="task or a seed"):
-        rollout_group(_Counter, None, per_episode(lambda o, i: "up"), group_size=2)
+        rollout_group(CountTo, None, per_episode(lambda o, i: "up"), group_size=2)
     with pytest.raises(ValueError, match="group_size"):
-        rollout_group(_Counter, 0, per_episode(lambda o, i: "up"), group_size=0)
+        rollout_group(CountTo, 0, per_episode(lambda o, i: "up"), group_size=0)
     with pytest.raises(ValueError, match="returned 1 actions for 2 turns"):
-        rollout_group(_Counter, 0, lambda turns: ["up"], group_size=2)
+        rollout_group(CountTo, 0, lambda turns: ["up"], group_size=2)
     with pytest.raises(TypeError, match="str actions"):
-        rollout_group(_Counter, 0, lambda turns: [1 for _ in turns], group_size=2)
+        rollout_group(CountTo, 0, lambda turns: [1 for _ in turns], group_size=2)
     with pytest.raises(ValueError, match="workers"):
-        GroupRunner(_Counter, workers=-1)
+        GroupRunner(CountTo, workers=-1)
 
 
 def test_matching_keys_copy_the_layout_and_fill_a_missing_signature():

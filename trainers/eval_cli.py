@@ -82,7 +82,7 @@ def eval_command(
 
     from agent_envs.panels import PanelError, resolve_panel
     from trainers.evaluate.agents import make_agent
-    from trainers.evaluate.runner import EvalSettings, RunFolderError, evaluate, summarize
+    from trainers.evaluate.runner import EvalSettings, summarize
 
     console, err = Console(), Console(stderr=True)
     if list_panels:
@@ -111,12 +111,15 @@ def eval_command(
     n = len(resolved.tasks) if limit is None else min(limit, len(resolved.tasks))
     err.print(f"panel {resolved.name} (hash {resolved.short_hash}, {n} tasks), agent {agent.describe()['name']}",
               soft_wrap=True)
-    results = _run(err, resolved, agent, out, settings, n, allow_hash_change, RunFolderError, evaluate)
+    results = _run(err, resolved, agent, out, settings, n, allow_hash_change)
     _print_summary(console, summarize(results, resolved), agent.describe()["name"])
 
 
-def _run(err, panel, agent, out, settings, n, allow_hash_change, folder_error, evaluate):
+def _run(err, panel, agent, out, settings, n, allow_hash_change):
+    """Play the panel under a progress bar; a run-folder conflict is a one-line error."""
     from rich.progress import Progress
+
+    from trainers.evaluate.runner import RunFolderError, evaluate
 
     async def main():
         with Progress(console=err, transient=True) as progress:
@@ -132,7 +135,7 @@ def _run(err, panel, agent, out, settings, n, allow_hash_change, folder_error, e
 
     try:
         return asyncio.run(main())
-    except folder_error as exc:
+    except RunFolderError as exc:
         err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
 

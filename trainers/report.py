@@ -70,6 +70,7 @@ __all__ = [
     "write_markdown",
     "write_report",
     "write_run_report",
+    "write_text_atomic",
 ]
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def _write_text(path: str | os.PathLike[str], text: str) -> None:
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically (a reader sees the old file or the new one, whole)."""
     with _replacing(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -528,7 +529,7 @@ def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | No
                 lines.append(f"* **{label}**: {body}")
     text = "\n".join(lines) + "\n"
     if path is not None:
-        _write_text(path, text)
+        write_text_atomic(path, text)
     return text
 
 
@@ -644,7 +645,7 @@ def write_report(runs: Sequence[RunInfo], out_dir: str | os.PathLike[str], *, ba
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarize(runs, baseline)
-    _write_text(out_dir / "results.json", json.dumps(summary, indent=2, default=float))
+    write_text_atomic(out_dir / "results.json", json.dumps(summary, indent=2, default=float))
     write_markdown(summary, out_dir / "results.md", title=title, preamble=preamble)
     plot_curves(runs, out_dir / "curves.png", title=title)
     plot_diagnostics(runs, out_dir / "diagnostics.png")
@@ -753,7 +754,7 @@ def write_run_report(run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
     run = load_run(run_dir)
     png = plot_runs([run], Path(run_dir) / "curves.png")
     txt = Path(run_dir) / "summary.txt"
-    _write_text(txt, summary_text(run))
+    write_text_atomic(txt, summary_text(run))
     return png, txt
 
 

@@ -37,3 +37,14 @@ class Gated(gym.Env):
 
 if "Gated-v0" not in gym.registry:
     gym.register("Gated-v0", entry_point=Gated)
+
+
+async def open_gate_when(started, gate: Path, delay: float = 0.2) -> None:
+    """Create ``gate`` ``delay`` seconds after ``started()`` turns true (polled by the event
+    loop: this coroutine can only run while the loop is not blocked by a step)."""
+    import asyncio
+
+    while not started():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(delay)  # the step is under way
+    gate.touch()

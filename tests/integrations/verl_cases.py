@@ -505,22 +505,18 @@ def test_agent_loop_steps_off_the_event_loop(tokenizer, tmp_path, monkeypatch, w
     from pathlib import Path
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # rubricgym_gated_env, in the workers too
+    from rubricgym_gated_env import open_gate_when
+
     gate = tmp_path / "gate"
     server = StandInServer(tokenizer, lambda turn, adm: "wait")
     spec = {"env_id": "rubricgym_gated_env:Gated-v0", "env_kwargs": {"gate": str(gate), "wait": 20.0},
             "task": 0, "seed": 0}
 
-    async def open_gate_after_the_first_action():
-        while not server.calls:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)  # the step is under way
-        gate.touch()
-
     async def main():
         loop = _agent_loop(server, tokenizer, style="action_only", env_workers=workers)
         session = loop.run({"temperature": 1.0}, uid="u0", session_id=0, raw_prompt=[],
                            extra_info={"index": 0, "rubricgym": json.dumps(spec)})
-        outputs, _ = await asyncio.gather(session, open_gate_after_the_first_action())
+        outputs, _ = await asyncio.gather(session, open_gate_when(lambda: server.calls, gate))
         return outputs
 
     outputs = asyncio.run(main())

@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +37,7 @@ from agent_envs.panels import Panel
 from trainers import stats
 from trainers.evaluate.agents import Agent, AgentError, TurnContext
 from trainers.evaluation import episode_metrics
+from trainers.report import write_text_atomic
 
 __all__ = ["EpisodeResult", "EvalSettings", "RunFolderError", "evaluate", "summarize"]
 
@@ -83,10 +82,7 @@ class EpisodeResult:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
