@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import random
 import time
 from pathlib import Path
@@ -162,7 +161,7 @@ def test_a_worker_that_never_answers_times_out_and_close_kills_it(tmp_path):
             asyncio.run(pool.astep(1, "go"))
     finally:
         pool.close()
-    assert pool.hosts == [] and not os.path.exists(f"/proc/{pid}/stat") or _zombie_or_gone(pid)
+    assert pool.hosts == [] and _zombie_or_gone(pid)  # close killed the busy worker
 
 
 def _zombie_or_gone(pid: int) -> bool:
