@@ -134,6 +134,27 @@ def test_fast_clusters_equal_difflib_on_every_pair(seed: int) -> None:
             assert n == max(labels) + 1
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_each_decision_equals_difflib_at_its_boundary(seed: int) -> None:
+    """Every shortcut of one decision (the prefix rule, the LCS bound that rejects, the common
+    prefix/suffix bound that accepts, the plain loop on small ranges, the numpy blocks) gives
+    difflib's ``ratio() >= τ`` exactly, with τ at the pair's own ratio and one float either side."""
+    from wrappers.credit.similarity import _Texts
+
+    rng = random.Random(seed)
+    for _ in range(60):
+        alphabet = rng.choice(["ab", "ab c", "the quick brown fox 0123456789", "xyz[]$ .\n"])
+        a = "".join(rng.choice(alphabet) for _ in range(rng.choice([3, 12, 60, 150, 230])))
+        b = _mutate(rng, a, alphabet) if rng.random() < 0.7 else "".join(rng.sample(a, len(a)))
+        if a == b:
+            continue
+        texts = _Texts([a, b])
+        r = ratio(a, b)
+        for tau in (r, math.nextafter(r, 0.0), math.nextafter(r, 2.0)):
+            if 0.0 < tau <= 1.0:
+                assert texts.ratio_at_least(0, 1, tau) == (r >= tau), (a, b, tau)
+
+
 @pytest.mark.parametrize("bad", [0, 0.0, -0.1, 1.5, float("nan"), True, "0.95"])
 def test_threshold_is_validated(bad: object) -> None:
     with pytest.raises(ValueError, match=r"similarity must be"):

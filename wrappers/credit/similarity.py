@@ -19,15 +19,18 @@ With a threshold τ in (0, 1] the states of one episode group are instead cluste
   with itself is 1, as it is for ordinary text.)
 
 Clustering is quadratic in a group's distinct states, and ``difflib`` is pure Python, so the
-decision ratio ≥ τ is computed exactly but faster: only distinct strings are compared (each
-pair at most once); the character-count bound 2·Σ_c min(n_a(c), n_b(c))/(|a| + |b|) (difflib's
-``quick_ratio``, which also caps ``real_quick_ratio``'s length bound) rules a representative
-out before any matching; when one string is a prefix of the other, difflib's M is the
-shorter length; otherwise difflib's matching blocks are found from all pairs of equal
-characters at once (numpy, :class:`_Matcher`), and the block recursion stops as soon as M is
-known to reach, or not to reach, the threshold.  The clusters are exactly those of calling
-``SequenceMatcher(None, a, b).ratio() >= τ`` on every pair (the tests and
-``bench/credit_similarity.py`` check this against difflib).
+decision ratio ≥ τ is computed exactly but faster.  Only distinct strings are compared (each
+pair at most once).  Two upper bounds of difflib's M rule a representative out before any
+matching: the character-count bound Σ_c min(n_a(c), n_b(c)) (difflib's ``quick_ratio``, for all
+pairs of the group in one matrix product) and the longest common subsequence (rapidfuzz's
+``LCSseq``; difflib's blocks are a common subsequence).  When one string is a prefix of the
+other, difflib's M is the shorter length.  Otherwise difflib's matching blocks are found from
+all pairs of equal characters at once (numpy, :class:`_Matcher`; small ranges by difflib's own
+loop), and the block recursion stops as soon as M is known to reach the threshold (the blocks
+found plus, when b has no popular characters, the longer of the common prefix and suffix of
+every range left) or not to reach it (the blocks found plus the shorter side of every range
+left).  The clusters are exactly those of calling ``SequenceMatcher(None, a, b).ratio() >= τ``
+on every pair (the tests and ``bench/credit_similarity.py`` check this against difflib).
 
 Example (one word differs: "1" vs "2" in 30 characters; M = 29, ratio = 58/60 ≈ 0.967):
     >>> cluster_texts(["You are at desk 1. It is dark.", "You are at desk 2. It is dark.", "A shelf."], 0.95)
@@ -44,10 +47,14 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
+from rapidfuzz.distance import LCSseq
 
 from wrappers.credit.base import CreditInputError
 
 __all__ = ["check_similarity", "cluster_texts"]
+
+#: Ranges of at most this many (i, j) pairs are searched by a plain loop (:func:`_longest_small`).
+SMALL_RANGE = 64
 
 
 def check_similarity(value: Any) -> float | None:
@@ -124,6 +131,8 @@ class _Matcher:
         self.pos = keep[np.argsort(dense[keep], kind="stable")]  # b's positions, by character then position
         self.start = np.cumsum(count) - count
         self.count = count
+        #: No popular characters: difflib's longest match in a range is its longest common substring.
+        self.exact_longest = bool(np.array_equal(count, texts.counts[rep]))
 
     def pairs(self, dense: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """All (i, j) with a[i] == b[j] non-popular, in (i, j) order, their diagonal j − i and
@@ -146,34 +155,66 @@ class _Matcher:
         return i, j, d, run
 
     def ratio_at_least(self, texts: _Texts, x: int, tau: float) -> bool:
-        """Whether M(a, b) reaches the least M with 2·M/(|a| + |b|) ≥ τ (difflib's float)."""
+        """Whether M(a, b) reaches the least M with 2·M/(|a| + |b|) ≥ τ (difflib's float).
+
+        Exact, with two early exits: ``slack`` (the shorter side of every range still to
+        search, an upper bound of what they can add) rejects, and, when b has no popular
+        characters, ``sure`` accepts: the longest match in a range is then its longest common
+        substring, at least as long as the range's common prefix and its common suffix."""
         a, b = texts.texts[x], self.b
-        total = len(a) + len(b)
-        need = max(0, math.ceil(tau * total / 2) - 2)
-        while 2.0 * need / total < tau:
-            need += 1
+        need = _needed(len(a), len(b), tau)
         if a.startswith(b) or b.startswith(a):
             # difflib's first block is then the whole shorter string: any longest run in it
             # also lies on the main diagonal, at the same or an earlier (i, j)
             return min(len(a), len(b)) >= need
-        pairs = self.pairs(texts.dense[x])
-        found, queue, slack = 0, [(0, len(a), 0, len(b))], min(len(a), len(b))
+        if LCSseq.similarity(a, b, score_cutoff=need) < need:
+            return False  # the matching blocks are a common subsequence: M ≤ LCS(a, b)
+        pairs: tuple[np.ndarray, ...] = ()
+        found, queue, slack, sure = 0, [], 0, 0
+
+        def push(alo: int, ahi: int, blo: int, bhi: int) -> None:
+            nonlocal slack, sure
+            lb = _sure(a, b, alo, ahi, blo, bhi) if self.exact_longest else 0
+            queue.append((alo, ahi, blo, bhi, lb))
+            slack += min(ahi - alo, bhi - blo)
+            sure += lb
+
+        push(0, len(a), 0, len(b))
         while queue:
-            alo, ahi, blo, bhi = queue.pop()
+            alo, ahi, blo, bhi, lb = queue.pop()
             slack -= min(ahi - alo, bhi - blo)
-            i, j, k = _longest(a, b, pairs, alo, ahi, blo, bhi)
+            sure -= lb
+            if self.exact_longest and (ahi - alo) * (bhi - blo) <= SMALL_RANGE:
+                i, j, k = _longest_small(a, b, alo, ahi, blo, bhi)
+            else:
+                pairs = pairs or self.pairs(texts.dense[x])
+                i, j, k = _longest(a, b, pairs, alo, ahi, blo, bhi)
             found += k
-            if found >= need:
-                return True
             if k and alo < i and blo < j:
-                queue.append((alo, i, blo, j))
-                slack += min(i - alo, j - blo)
+                push(alo, i, blo, j)
             if k and i + k < ahi and j + k < bhi:
-                queue.append((i + k, ahi, j + k, bhi))
-                slack += min(ahi - i - k, bhi - j - k)
+                push(i + k, ahi, j + k, bhi)
+            if found + sure >= need:
+                return True
             if found + slack < need:
                 return False
         return found >= need
+
+
+def _needed(la: int, lb: int, tau: float) -> int:
+    """The least M with difflib's float 2·M/(la + lb) ≥ τ."""
+    total = la + lb
+    need = max(0, math.ceil(tau * total / 2) - 2)
+    while 2.0 * need / total < tau:
+        need += 1
+    return need
+
+
+def _sure(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> int:
+    """A lower bound of the longest common substring of a[alo:ahi] and b[blo:bhi]: the
+    longer of their common prefix and common suffix."""
+    limit = min(ahi - alo, bhi - blo)
+    return max(_common_prefix(a, alo, b, blo, limit), _common_suffix(a, ahi, b, bhi, limit))
 
 
 def _longest(a: str, b: str, pairs: tuple[np.ndarray, ...], alo: int, ahi: int, blo: int, bhi: int
@@ -181,6 +222,13 @@ def _longest(a: str, b: str, pairs: tuple[np.ndarray, ...], alo: int, ahi: int, 
     """difflib's ``find_longest_match(alo, ahi, blo, bhi)`` (no junk function) from the pairs."""
     i, j, d, run = pairs
     besti, bestj, k = alo, blo, 0
+    if alo == blo == 0 and ahi == len(a) and bhi == len(b):  # the whole strings: every pair
+        if i.size:
+            length = i - run + 1
+            p = int(length.argmax())
+            k = int(length[p])
+            besti, bestj = int(i[p]) - k + 1, int(j[p]) - k + 1
+        return _extend(a, b, alo, ahi, blo, bhi, besti, bestj, k)
     lo, hi = np.searchsorted(i, (alo, ahi)).tolist()  # the pairs are in (i, j) order
     jr = j[lo:hi]
     inside = np.flatnonzero((jr >= blo) & (jr < bhi)) + lo
@@ -190,10 +238,33 @@ def _longest(a: str, b: str, pairs: tuple[np.ndarray, ...], alo: int, ahi: int, 
         p = int(length.argmax())  # the first longest run in (i, j) order: difflib's choice
         k = int(length[p])
         besti, bestj = int(im[p]) - k + 1, int(j[inside[p]]) - k + 1
+    return _extend(a, b, alo, ahi, blo, bhi, besti, bestj, k)
+
+
+def _extend(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int, besti: int, bestj: int, k: int
+            ) -> tuple[int, int, int]:
+    """difflib's extension of the best run over equal (popular) characters on both ends."""
     back = _common_suffix(a, besti, b, bestj, min(besti - alo, bestj - blo))
     besti, bestj, k = besti - back, bestj - back, k + back
     k += _common_prefix(a, besti + k, b, bestj + k, min(ahi - besti - k, bhi - bestj - k))
     return besti, bestj, k
+
+
+def _longest_small(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
+    """difflib's ``find_longest_match`` when nothing is junk or popular, by its own loop over
+    all (i, j) (for ranges of at most :data:`SMALL_RANGE` pairs, where numpy's overhead
+    exceeds the work): the first longest run of equal characters in (end i, j) order."""
+    besti, bestj, best = alo, blo, 0
+    prev: dict[int, int] = {}
+    for i in range(alo, ahi):
+        ai, cur = a[i], {}
+        for j in range(blo, bhi):
+            if b[j] == ai:
+                k = cur[j] = prev.get(j - 1, 0) + 1
+                if k > best:
+                    besti, bestj, best = i - k + 1, j - k + 1, k
+        prev = cur
+    return besti, bestj, best
 
 
 def _common_prefix(a: str, i: int, b: str, j: int, limit: int) -> int:
@@ -233,36 +304,42 @@ def _common_suffix(a: str, i: int, b: str, j: int, limit: int) -> int:
 
 
 def _cluster_distinct(texts: Sequence[str], tau: float) -> tuple[list[int], int]:
-    """Greedy clusters of distinct texts: per text the first representative it matches."""
+    """Greedy clusters of distinct texts: per text the first representative it matches.
+
+    Only representatives whose character-count bound 2·Σ_c min(n_a(c), n_b(c))/(|a| + |b|)
+    reaches τ (difflib's ``quick_ratio``, an upper bound of the ratio) are matched exactly;
+    the bound is computed for every pair at once."""
     if tau >= 1.0 or len(texts) < 2:  # ratio 1 only for equal strings
         return list(range(len(texts))), len(texts)
     group = _Texts(texts)
-    reps: list[int] = []
-    rep_counts = np.zeros((len(texts), group.width), dtype=np.int64)
+    candidate = _quick_bounds(group) >= tau
+    reps = np.zeros(len(texts), dtype=np.intp)
+    n_reps = 0
     labels = []
     for x in range(len(texts)):
-        k = _first_match(group, x, reps, rep_counts, tau)
+        k = next((int(k) for k in np.flatnonzero(candidate[x, reps[:n_reps]])
+                  if group.ratio_at_least(x, int(reps[k]), tau)), -1)
         if k < 0:
-            k = len(reps)
-            rep_counts[k] = group.counts[x]
-            reps.append(x)
+            k, reps[n_reps] = n_reps, x
+            n_reps += 1
         labels.append(k)
-    return labels, len(reps)
+    return labels, n_reps
 
 
-def _first_match(group: _Texts, x: int, reps: list[int], rep_counts: np.ndarray, tau: float) -> int:
-    """The first representative text ``x`` matches, or -1: only those whose character-count
-    bound 2·Σ_c min(n_a(c), n_b(c))/(|a| + |b|) ≥ τ (difflib's ``quick_ratio``, an upper bound
-    of the ratio) are matched exactly."""
-    if not reps:
-        return -1
-    n = len(reps)
-    total = group.lengths[x] + group.lengths[reps]
-    bound = 2.0 * np.minimum(rep_counts[:n], group.counts[x]).sum(axis=1) / total
-    for k in np.flatnonzero(bound >= tau).tolist():
-        if group.ratio_at_least(x, reps[k], tau):
-            return k
-    return -1
+def _quick_bounds(group: _Texts) -> np.ndarray:
+    """difflib's ``quick_ratio`` of every pair of the group's texts (rows a, columns b).
+
+    Σ_c min(n_a(c), n_b(c)) as one matrix product: each text's counts in unary (a column per
+    character c and level t < max count of c, 1 where n(c) > t), whose dot products count the
+    levels both texts reach (integers, exact in float32 below 2**24)."""
+    top = group.counts.max(axis=0)
+    char = np.repeat(np.arange(group.width), top)
+    level = np.arange(char.size) - np.repeat(np.cumsum(top) - top, top)
+    exact = np.float32 if group.lengths.max(initial=0) < 1 << 24 else np.float64
+    unary = (group.counts[:, char] > level).astype(exact)
+    common = (unary @ unary.T).astype(np.float64)
+    total = group.lengths[:, None] + group.lengths[None, :]
+    return 2.0 * common / np.maximum(total, 1)
 
 
 def cluster_texts(texts: Sequence[Hashable], threshold: float) -> tuple[list[int], int]:
