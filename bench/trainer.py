@@ -51,7 +51,7 @@ import agent_envs
 from trainers.config import load_config
 from trainers.generation import score_candidates
 from trainers.models import load_policy
-from trainers.prompts import build_prompt, format_action
+from agent_envs.agent.prompts import build_prompt, format_action
 from trainers.rollouts import _encode_prompt
 if __name__ == "__main__":
     model_name, n = sys.argv[1], int(sys.argv[2])

@@ -101,3 +101,35 @@ def test_docstring_examples_run(module: str) -> None:
     mod = importlib.import_module(module)
     result = doctest.testmod(mod)
     assert result.failed == 0
+
+
+#: The layers, lowest first: a module may import its own layer and those below, never above.
+LAYERS = ("rubrics", "agent_envs", "wrappers", "trainers")
+
+
+def _imported_packages(path) -> set[tuple[str, int]]:
+    """(top-level package, line) of every import in a file, lazy imports inside functions too."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found |= {(alias.name.split(".")[0], node.lineno) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add((node.module.split(".")[0], node.lineno))
+    return found
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    """rubrics ← agent_envs ← wrappers ← trainers (CONTRIBUTING.md): e.g. the RL-library adapters
+    in wrappers/integrations take the agent's prompts from agent_envs.agent, not from trainers."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    wrong = []
+    for rank, package in enumerate(LAYERS):
+        for path in sorted((root / package).rglob("*.py")):
+            for name, line in sorted(_imported_packages(path)):
+                if name in LAYERS[rank + 1:]:
+                    wrong.append(f"{path.relative_to(root)}:{line} imports {name}")
+    assert not wrong, "imports that run back up the layers:\n" + "\n".join(wrong)

@@ -13,9 +13,9 @@ pytest.importorskip("trl", reason="TRL is not installed: pip install 'trl>=1.16,
 
 import torch
 
+from agent_envs.agent.prompts import NO_ACTION
 from wrappers.credit import get_estimator
 from wrappers.integrations import trl_grpo
-from wrappers.integrations.episode import NO_ACTION
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -7,11 +7,11 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
+from agent_envs.agent.prompts import build_prompt, parse_action
 from agent_envs.rollout import EnvPool, RolloutWorkerError
 from trainers.generation import TransformersBackend, score_candidates
 from trainers.models import load_policy
 from trainers.objective import pack_rows, sequence_logprobs
-from trainers.prompts import build_prompt, parse_action
 from trainers.rollouts import fill_slots
 
 
@@ -122,7 +122,7 @@ def test_prefix_tree_scores_with_lora_and_the_whole_model_fallback():
 
 
 def test_compact_prompt_and_system_message():
-    from trainers.prompts import compact_observation
+    from agent_envs.agent.prompts import compact_observation
     from trainers.rollouts import _encode_prompt
 
     obs = "-= Welcome to TextWorld, ALFRED! =-\n\nYou see a mug 1,  and a sink 1.\n\nYour task is to: put a mug in sink."

@@ -9,13 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
+from agent_envs.agent.prompts import format_action
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool
 from trainers.config import ConfigError, load_config
 from trainers.generation import candidate_logprobs, score_candidates
 from trainers.metrics import read_metrics
 from trainers.models import load_policy
-from trainers.prompts import format_action
 from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 from trainers.trainer import Trainer
 from trainers.warm_start import behaviour_clone, expert_rows

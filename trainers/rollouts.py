@@ -27,18 +27,18 @@ from typing import Any
 
 import torch
 
+from agent_envs.agent.chat import build_messages
+from agent_envs.agent.prompts import build_prompt, format_action, reply_action
 from agent_envs.rollout import EnvPool, GroupRunner, Turn
 from agent_envs.trajectory import Step, Trajectory
 from trainers.generation import GenerationBackend, score_candidates
-from trainers.prompts import build_messages, build_prompt, format_action, parse_action
 
-__all__ = ["NO_ACTION", "RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "candidate_ids", "collect_rollouts", "decision_prompt",
+__all__ = ["RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "candidate_ids", "collect_rollouts", "decision_prompt",
            "fill_slots"]
 
 log = logging.getLogger(__name__)
 
 #: Sent to the environment when a response has no ``<action>`` block (always inadmissible).
-NO_ACTION = "<no action>"
 
 
 @dataclass(frozen=True)
@@ -282,9 +282,6 @@ def _decide(model: Any, tokenizer: Any, backend: GenerationBackend | None, turns
                                top_p=settings.top_p, max_new_tokens=settings.max_response_tokens)
         for k, resp in zip(to_generate, gen):
             text = tokenizer.decode(resp, skip_special_tokens=True)
-            adm = [str(a) for a in (turns[k].info.get("admissible_actions") or [])]
-            action, _ok = parse_action(text, adm or None)
-            if "<action>" not in text.lower() or not action:
-                action = NO_ACTION
+            action = reply_action(text, [str(a) for a in (turns[k].info.get("admissible_actions") or [])])
             actions[k], rows[k], texts[k] = action, RowTokens(prompts[k], list(resp)), text
     return actions, rows, texts

@@ -12,7 +12,7 @@ Specs:
   API key from an environment variable, temperature, max tokens, retries with exponential
   backoff (the client's own, for connection errors, 408/409/429 and 5xx) and a timeout;
   ``action_format="tools"`` sends the actions as function-calling tools
-  (:mod:`trainers.evaluate.tools`);
+  (:mod:`agent_envs.agent.tools`);
 * ``hf:NAME`` — a local transformers model (``trainers.models.load_policy`` names: a
   directory, a hub id in the local cache, ``smollm2``, ``tiny-llama``), greedy at temperature
   0, run on a worker thread so the event loop stays free.
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.prompts import format_action
+from agent_envs.agent.prompts import format_action
 
 __all__ = ["Agent", "AgentError", "Reply", "TurnContext", "make_agent"]
 
@@ -216,7 +216,7 @@ class OpenAIAgent(Agent):
         usage = resp.usage.model_dump() if resp.usage is not None else {}
         calls = getattr(message, "tool_calls", None) or []
         if self.uses_tools and calls:
-            from trainers.evaluate.tools import call_to_action
+            from agent_envs.agent.tools import call_to_action
 
             call = calls[0].function
             action = call_to_action(call.name, call.arguments, ctx.info)

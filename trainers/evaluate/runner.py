@@ -4,7 +4,7 @@ One coroutine per episode (at most ``concurrency`` in flight) over an
 :class:`~wrappers.integrations.episode.EpisodePool` whose environments live in ``workers``
 worker processes, so the agent's requests (an inference server) and the environments' steps
 overlap and never block each other.  Each decision is prompted afresh (goal, the last
-``history_length`` turns, observation, admissible actions: :func:`trainers.prompts.build_prompt`,
+``history_length`` turns, observation, admissible actions: :func:`agent_envs.agent.prompts.build_prompt`,
 the trainer's wording) and answered as text (``<action>…</action>``) or as a tool call.
 
 The run folder::
@@ -90,7 +90,8 @@ def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _prompt(ep: Any, settings: EvalSettings) -> list[dict[str, str]]:
-    from trainers.prompts import build_messages, build_prompt
+    from agent_envs.agent.chat import build_messages
+    from agent_envs.agent.prompts import build_prompt
 
     h = settings.history_length
     history = [(s.observation, s.action) for s in ep.steps[-h:]] if h else []
@@ -104,7 +105,7 @@ def _prompt(ep: Any, settings: EvalSettings) -> list[dict[str, str]]:
 def _context(panel: Panel, index: int, ep: Any, first_info: Mapping[str, Any], settings: EvalSettings) -> TurnContext:
     tools = None
     if settings.action_format == "tools":
-        from trainers.evaluate.tools import tools_for
+        from agent_envs.agent.tools import tools_for
 
         tools = tools_for([str(a) for a in ep.info.get("admissible_actions") or []])
     return TurnContext(panel.hash, index, len(ep.steps), _prompt(ep, settings), ep.info, first_info, tools)
@@ -112,7 +113,7 @@ def _context(panel: Panel, index: int, ep: Any, first_info: Mapping[str, Any], s
 
 async def _play(panel: Panel, index: int, agent: Agent, episodes: Any, settings: EvalSettings,
                 out: Path) -> EpisodeResult:
-    from trainers.prompts import format_action
+    from agent_envs.agent.prompts import format_action
 
     task = panel.tasks[index]
     ep = episodes.acquire(style=settings.style, list_actions=settings.list_actions, max_steps=settings.max_steps)

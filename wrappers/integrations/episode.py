@@ -3,7 +3,7 @@
 RL libraries drive agents with text: a user message in, a model response out.
 :class:`TextEpisode` wraps any rubricgym Gymnasium environment (or anything with the same
 ``reset``/``step`` and ``info`` conventions): it renders the decision prompt (SPEC §7, the
-wording of :func:`trainers.prompts.build_prompt`), parses the response into an action, steps
+wording of :func:`agent_envs.agent.prompts.build_prompt`), parses the response into an action, steps
 the environment and records every decision as a :class:`~agent_envs.trajectory.Step` (via
 :func:`~agent_envs.trajectory.step_from_info`, the rollouts' own builder), so the finished
 episode is a :class:`~agent_envs.trajectory.Trajectory` that every credit estimator takes.
@@ -32,15 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_envs.agent.prompts import STYLES, build_prompt, reply_action
 from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
 
 __all__ = [
-    "NO_ACTION",
     "EpisodePool",
     "StepResult",
     "TextEpisode",
-    "chat_next_turn",
-    "chat_start",
     "episode_pool",
     "make_env",
     "parse_task",
@@ -48,9 +46,6 @@ __all__ = [
     "step_all",
     "task_prompt",
 ]
-
-#: What is sent to the environment when a response holds no ``<action>`` block (as the trainer does).
-NO_ACTION = "<no action>"
 
 #: ``parser(response, info) -> action``: turns a model response into the environment action.
 ActionParser = Callable[[str, Mapping[str, Any]], str]
@@ -105,46 +100,9 @@ def parse_task(spec: Any) -> dict[str, Any]:
     return {"task": spec.get("task"), "seed": None if seed is None else int(seed), "split": spec.get("split")}
 
 
-def chat_start(tokenizer: Any, text: str) -> str:
-    """The first user message in the tokenizer's chat template, ending with the assistant header."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-
-
-def chat_next_turn(tokenizer: Any, text: str, after_eos: bool = True) -> str:
-    """The template text that follows an assistant response: end of that turn, the next user
-    message ``text`` and the assistant header.
-
-    Found by rendering a conversation with and without the new message (so any chat template
-    works); ``after_eos``: the response already ended with the tokenizer's EOS token (the
-    usual stop), so a leading EOS text is left out.
-
-    >>> from trainers.models import build_tiny_tokenizer
-    >>> chat_next_turn(build_tiny_tokenizer(), "You see a mug.")
-    '\\n<|im_start|>user\\nYou see a mug.<|im_end|>\\n<|im_start|>assistant\\n'
-    """
-    marker = "\x00RUBRICGYM\x00"
-    base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": marker}]
-    full = tokenizer.apply_chat_template(base + [{"role": "user", "content": text}], add_generation_prompt=True,
-                                         tokenize=False)
-    cut = full.find(marker)
-    if cut < 0:  # a template that drops earlier assistant turns: plain text
-        return f"\n{text}\n"
-    tail = full[cut + len(marker):]
-    eos = getattr(tokenizer, "eos_token", None)
-    if after_eos and eos and tail.startswith(eos):
-        tail = tail[len(eos):]
-    return tail
-
-
 def default_parser(response: str, info: Mapping[str, Any]) -> str:
-    """The last ``<action>…</action>`` block (canonical spelling when admissible), else :data:`NO_ACTION`."""
-    from trainers.prompts import parse_action
-
-    adm = [str(a) for a in (info.get("admissible_actions") or [])]
-    action, _ok = parse_action(response, adm or None)
-    if "<action>" not in response.lower() or not action:
-        return NO_ACTION
-    return action
+    """:func:`~agent_envs.agent.prompts.reply_action` against the turn's admissible actions."""
+    return reply_action(response, [str(a) for a in (info.get("admissible_actions") or [])])
 
 
 @dataclass
@@ -176,7 +134,7 @@ class TextEpisode:
         env_kwargs: Keyword arguments for ``gym.make``.
         style: Prompt style, ``"action_only"`` or ``"think"`` (SPEC §7).
         list_actions: List the admissible actions in the prompt.
-        compact: The compact prompt (:func:`trainers.prompts.build_prompt`).
+        compact: The compact prompt (:func:`agent_envs.agent.prompts.build_prompt`).
         max_steps: Stop after this many decisions (the environment's own horizon also applies).
         parser: ``parser(response, info) -> action``; default: the ``<action>`` block.
     """
@@ -184,8 +142,6 @@ class TextEpisode:
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, style: str = "action_only",
                  list_actions: bool = True, compact: bool = False, max_steps: int | None = None,
                  parser: ActionParser | None = None) -> None:
-        from trainers.prompts import STYLES
-
         if style not in STYLES:
             raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
@@ -240,8 +196,6 @@ class TextEpisode:
 
     def prompt(self) -> str:
         """The user message of the current decision (the history lives in the conversation)."""
-        from trainers.prompts import build_prompt
-
         adm = [str(a) for a in (self.info.get("admissible_actions") or [])]
         return build_prompt(self.goal, self.obs, adm, [], style=self.style, step=len(self.steps),
                             list_actions=self.list_actions, compact=self.compact)

@@ -40,12 +40,11 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
+from agent_envs.agent.chat import chat_next_turn, chat_start
 from agent_envs.trajectory import Trajectory
 from wrappers.integrations.episode import (
     EpisodePool,
     TextEpisode,
-    chat_next_turn,
-    chat_start,
     episode_pool,
     parse_task,
 )

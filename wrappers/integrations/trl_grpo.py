@@ -39,13 +39,12 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from agent_envs.agent.chat import chat_next_turn, chat_start
 from agent_envs.trajectory import Trajectory
 from wrappers.credit.base import Estimator, get_estimator
 from wrappers.integrations.episode import (
     ActionParser,
     TextEpisode,
-    chat_next_turn,
-    chat_start,
     reset_all,
     step_all,
     task_prompt,

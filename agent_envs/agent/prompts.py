@@ -1,4 +1,4 @@
-"""Per-step prompts and response parsing (SPEC §7).
+"""Per-step prompts and response parsing: the agent's text interface (SPEC §7).
 
 The policy sees the task, the current observation, (optionally) the admissible actions and,
 after the first step, the most recent (observation, action) pairs.  It answers either with
@@ -14,6 +14,8 @@ Example:
     ('take mug 1', True)
     >>> parse_action("no tags here", ["look"])
     ('no tags here', False)
+    >>> reply_action("no tags here", ["look"])
+    '<no action>'
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["STYLES", "build_messages", "build_prompt", "compact_observation", "format_action", "parse_action"]
+__all__ = ["NO_ACTION", "STYLES", "build_prompt", "compact_observation", "format_action", "parse_action",
+           "reply_action"]
 
 STYLES = ("think", "action_only")
+
+#: The action sent to the environment when a reply names none (the environment rejects it).
+NO_ACTION = "<no action>"
 
 _INSTRUCTIONS = {
     "think": (
@@ -125,14 +131,6 @@ def _render(goal: str, observation: str, admissible: Sequence[str], history: lis
     return "\n".join(lines)
 
 
-def build_messages(prompt: str, system: str | None = None) -> list[dict[str, str]]:
-    """Chat messages for a prompt (a system message only when one is given; without one,
-    some chat templates insert their own default)."""
-    msgs = [{"role": "system", "content": system}] if system else []
-    msgs.append({"role": "user", "content": prompt})
-    return msgs
-
-
 def format_action(action: str) -> str:
     """The response text that names ``action`` (what ``choose`` mode scores and trains on)."""
     return f"<action>{action}</action>"
@@ -159,3 +157,13 @@ def parse_action(response: str, admissible: Sequence[str] | None = None) -> tupl
     if hit is None:
         return action, False
     return hit, True
+
+
+def reply_action(response: str, admissible: Sequence[str] | None = None) -> str:
+    """The action a reply sends to the environment: the last ``<action>`` block (canonical
+    spelling when admissible; an inadmissible one as written, for the environment to reject),
+    or :data:`NO_ACTION` when there is no non-empty block."""
+    action, _ok = parse_action(response, admissible or None)
+    if "<action>" not in response.lower() or not action:
+        return NO_ACTION
+    return action
