@@ -21,10 +21,11 @@ def test_rubrics_and_wrappers_import_no_torch_or_engine() -> None:
 
 
 def test_integrations_import_no_rl_library() -> None:
-    """``wrappers.integrations`` and its shared episode module import no RL library, torch or
-    engine; each adapter module imports only its own library."""
+    """``wrappers.integrations``, its shared episode module and the TRL ``environment_factory``
+    adapter (duck-typed) import no RL library, torch or engine; each adapter module imports only
+    its own library."""
     code = (
-        "import sys, wrappers, wrappers.integrations, wrappers.integrations.episode; "
+        "import sys, wrappers, wrappers.integrations, wrappers.integrations.episode, wrappers.integrations.trl_env; "
         "bad = [m for m in ('trl', 'skyrl_gym', 'openrlhf', 'verl', 'ray', 'torch', 'transformers', 'datasets', "
         "'alfworld', 'textworld') if m in sys.modules]; "
         "print(','.join(bad))"

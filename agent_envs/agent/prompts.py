@@ -63,6 +63,7 @@ def build_prompt(
     list_actions: bool = True,
     max_chars: int | None = None,
     compact: bool = False,
+    instruction: str | None = None,
 ) -> str:
     """The user message for one decision.
 
@@ -79,6 +80,8 @@ def build_prompt(
         compact: A shorter prompt with the same fields: no opening sentence (give it as a
             system message instead) and observations passed through
             :func:`compact_observation`.
+        instruction: The closing instruction instead of the style's (e.g. the tool-call one,
+            :data:`agent_envs.agent.tools.TOOL_INSTRUCTION`).
     """
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
@@ -87,7 +90,7 @@ def build_prompt(
         observation = compact_observation(observation, goal)
         history = [(compact_observation(o, goal), a) for o, a in history]
     while True:
-        text = _render(goal, observation, admissible, history, style, step, list_actions, compact)
+        text = _render(goal, observation, admissible, history, style, step, list_actions, compact, instruction)
         if max_chars is None or len(text) <= max_chars or not history:
             return text
         history = history[1:]
@@ -114,7 +117,8 @@ def compact_observation(observation: str, goal: str = "") -> str:
 
 
 def _render(goal: str, observation: str, admissible: Sequence[str], history: list[tuple[str, str]],
-            style: str, step: int | None, list_actions: bool, compact: bool = False) -> str:
+            style: str, step: int | None, list_actions: bool, compact: bool = False,
+            instruction: str | None = None) -> str:
     taken = len(history) if step is None else step
     lines = [] if compact else ["You control an agent in a text-based environment."]
     lines.append(f"Goal: {goal.strip()}")
@@ -127,7 +131,7 @@ def _render(goal: str, observation: str, admissible: Sequence[str], history: lis
     lines.append(f"Now (turn {taken + 1}) you see: {observation.strip()}")
     if list_actions:
         lines.append("Possible actions: " + " | ".join(a.strip() for a in admissible))
-    lines.append((_INSTRUCTIONS if list_actions else _INSTRUCTIONS_NO_LIST)[style])
+    lines.append(instruction or (_INSTRUCTIONS if list_actions else _INSTRUCTIONS_NO_LIST)[style])
     return "\n".join(lines)
 
 

@@ -27,7 +27,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ACTION_KINDS", "call_to_action", "tools_for"]
+__all__ = ["ACTION_KINDS", "TOOL_INSTRUCTION", "action_to_call", "call_to_action", "kinds_of", "tool_result",
+           "tools_for"]
+
+#: What the model is told when its actions are tools (the text format's ``<action>`` instruction).
+TOOL_INSTRUCTION = "Act by calling exactly one of the tools; its arguments name the action."
 
 #: (tool name, template, description); ``{slot}`` are the arguments.  ALFWorld's and WebShop's kinds.
 ACTION_KINDS: tuple[tuple[str, str, str], ...] = (
@@ -98,3 +102,40 @@ def call_to_action(name: str, arguments: str | Mapping[str, Any] | None, info: M
     if kind is None or not isinstance(args, Mapping) or any(s not in args for s in kind[4]):
         return f"{name}({json.dumps(args, sort_keys=True) if isinstance(args, Mapping) else arguments})"
     return kind[1].format(**{s: " ".join(str(args[s]).split()) for s in kind[4]})
+
+
+def action_to_call(action: str) -> tuple[str, dict[str, str]] | None:
+    """The tool call that names ``action`` (the inverse of :func:`call_to_action`; e.g. an
+    expert's plan as tool calls), or ``None`` for an action of no kind.
+
+    >>> action_to_call("heat egg 1 with microwave 1")
+    ('heat', {'object': 'egg 1', 'receptacle': 'microwave 1'})
+    >>> action_to_call("click[buy now]")
+    ('click', {'button': 'buy now'})
+    """
+    for name, _template, _doc, pattern, slots in _KINDS:
+        m = pattern.match(str(action))
+        if m is not None:
+            return name, {s: m.group(s) for s in slots}
+    return None
+
+
+def kinds_of(env_id: str) -> tuple[str, ...]:
+    """The tool names of an environment family: WebShop's ``search``/``click``, else ALFWorld's."""
+    web = ("search", "click")
+    return web if env_id.lower().startswith("webshop") else tuple(k[0] for k in ACTION_KINDS if k[0] not in web)
+
+
+def tool_result(observation: str, admissible: Sequence[str], *, done: bool, won: bool = False) -> str:
+    """The tool message after an action: what the agent sees now and what it may do next, or
+    that the episode is over.
+
+    >>> tool_result("You open the fridge 1.", ["close fridge 1", "look"], done=False)
+    'You open the fridge 1.\\nPossible actions: close fridge 1 | look'
+    >>> tool_result("You won!", [], done=True, won=True)
+    'You won!\\nThe episode is over (task completed). Do not call any more tools.'
+    """
+    text = str(observation).strip()
+    if done:
+        return f"{text}\nThe episode is over (task {'completed' if won else 'not completed'}). Do not call any more tools."
+    return f"{text}\nPossible actions: " + " | ".join(str(a).strip() for a in admissible)

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_envs.agent.tools import TOOL_INSTRUCTION
 from agent_envs.panels import Panel
 from trainers import stats
 from trainers.evaluate.agents import Agent, AgentError, TurnContext
@@ -40,9 +41,6 @@ from trainers.evaluation import episode_metrics
 from trainers.report import write_text_atomic
 
 __all__ = ["EpisodeResult", "EvalSettings", "RunFolderError", "evaluate", "summarize"]
-
-TOOLS_SYSTEM = "Act by calling exactly one of the tools; its arguments name the action."
-
 
 class RunFolderError(ValueError):
     """A run folder that belongs to another panel hash or agent, or a corrupt trace file."""
@@ -98,7 +96,7 @@ def _prompt(ep: Any, settings: EvalSettings) -> list[dict[str, str]]:
     adm = [str(a) for a in (ep.info.get("admissible_actions") or [])]
     text = build_prompt(ep.goal, ep.obs, adm, history, style=settings.style, step=len(ep.steps),
                         list_actions=settings.list_actions)
-    system = "\n".join(x for x in (settings.system, TOOLS_SYSTEM if settings.action_format == "tools" else "") if x)
+    system = "\n".join(x for x in (settings.system, TOOL_INSTRUCTION if settings.action_format == "tools" else "") if x)
     return build_messages(text, system or None)
 
 
