@@ -119,7 +119,7 @@ def test_trl_exposes_one_tool_per_action_kind(trained) -> None:
 
 
 def test_rollouts_step_the_environment_through_trls_tool_loop(trained) -> None:
-    trainer, _, factory, sampler = trained
+    _, _, factory, sampler = trained
     episodes = factory.pop_trajectories()
     assert len(episodes) == 4  # 2 tasks x 2 generations, each scored once by get_reward
     # every tool call TRL executed is one recorded environment step, with the action it names
