@@ -118,6 +118,10 @@ def _cli_cases(tmp_path):
          "invalid configuration: env_id 'Nope-v0': Environment `Nope` doesn't exist."),
         (["train", "--env-kwargs", "{foo: 1}", "--output-dir", str(tmp_path / "train")], 2,
          "invalid configuration: env_kwargs {'foo': 1}: ALFWorldRubricEnv.__init__() got an unexpected keyword"),
+        # missing games: before the fix this made a run folder (config.yaml, rollouts/) first
+        (["train", "--env-kwargs", f"{{data_root: {tmp_path / 'no_games'}}}", "--train-split", "train",
+          "--output-dir", str(tmp_path / "train")], 2,
+         f"error: ALFWorld split 'train' not found at {tmp_path / 'no_games'}"),
         # last: before the bound, this one generated products until memory ran out
         (["data", "generate-webshop", "--out", str(tmp_path / "shop"), "--num-products", "1000000000"], 2,
          "error: --num-products: num_products must be an integer from 1 to 100_000, got 1000000000"),

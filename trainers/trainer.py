@@ -196,9 +196,9 @@ class Trainer:
             raise ValueError(f"the trainer supports one process or DDP, not {acc.distributed_type.name}: generation, "
                              "choose-mode scoring and the weight digests use the full, unsharded model")
         self.rank, self.world = acc.process_index, acc.num_processes
+        self._build_tasks()  # first: missing games or a bad split end the run before it has a folder
         self._build_run_dir(run_dir, resume)
         set_seed(cfg.seed)
-        self._build_tasks()
         self._build_model()
         self._build_rollouts()
         self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
