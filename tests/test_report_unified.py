@@ -256,3 +256,22 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path: Path) -> None
     json.loads(before["results.json"])
     assert len(write_report(find_runs([tmp_path / "runs"]), out)["methods"]) == 2  # and the next write works
     assert sorted(p.name for p in out.iterdir()) == sorted(before)
+
+
+def test_curves_axes_read_as_rates_and_whole_updates() -> None:
+    """curves.png (issue #23): a run that never succeeds had a success axis down to -0.05 and
+    ticks at updates 0.5, 1.5, ...; the training games before/after RL were missing."""
+    from trainers.report import curves_figure
+
+    run = {"name": "demo", "eval": [{"update": u, "success": 0.0} for u in (0, 2, 4)],
+           "train": [{"update": u, "train/success": 0.0, "opt/loss": 0.1 * u, "credit/adv_std": 1.0} for u in (1, 2, 3, 4)],
+           "summary": {"train_games_eval": {"before": {"success": 0.25}, "after": {"success": 0.5}}}}
+    fig = curves_figure([run])
+    val, train = fig.axes[0], fig.axes[1]
+    for ax in (val, train):
+        assert ax.get_ylim() == (-0.02, 1.02)
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    (games,) = [ln for ln in train.get_lines() if "before/after RL" in ln.get_label()]
+    assert list(games.get_xdata()) == [0, 4] and list(games.get_ydata()) == [0.25, 0.5]

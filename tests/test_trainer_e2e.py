@@ -249,3 +249,25 @@ def test_the_training_game_evaluation_is_paired_and_the_deal_covers_every_game(t
     dealt = [ref.task for u in range(4) for ref in trainer.sample_tasks(u)]  # 12 slots: 3 passes
     assert [sorted(dealt[4 * k:4 * k + 4]) for k in range(3)] == [sorted(trainer.train_task_ids)] * 3
     assert dealt[:4] != dealt[4:8]  # each pass is its own shuffle
+
+
+@pytest.mark.slow
+def test_progress_names_each_phase_and_a_large_folder_is_reported(tmp_path, monkeypatch, caplog):
+    """The bar used to sit at 0/N with no phase name through the validations (issue #23), and
+    nobody was told that the run folder holds two copies of the model."""
+    import logging
+
+    from trainers import trainer as trainer_mod
+
+    phases = []
+    real_phase, real_note = trainer_mod._Progress.phase, trainer_mod.run_folder_note
+    monkeypatch.setattr(trainer_mod._Progress, "phase", lambda self, name: (phases.append(name), real_phase(self, name)))
+    monkeypatch.setattr(trainer_mod, "run_folder_note", lambda run_dir: real_note(run_dir, threshold_bytes=1))
+    cfg = load_config("demo", _overrides(tmp_path, "phases", ["progress=true", "eval_train_games=true"]))
+    with caplog.at_level(logging.WARNING, logger="trainers.trainer"):
+        Trainer(cfg).train()
+    assert phases == ["validation before training (2 tasks)", "training games before RL",
+                      "update 1: rollouts, credit, optimizer", "validation after update 1", "checkpoint 1",
+                      "training games after RL", "saving the policy and the report"]
+    (note,) = [r.getMessage() for r in caplog.records if "the run folder" in r.getMessage()]
+    assert "policy/" in note and "checkpoints/" in note and "--resume" in note

@@ -658,10 +658,24 @@ def write_report(runs: Sequence[RunInfo], out_dir: str | os.PathLike[str], *, ba
 
 def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
     """Draw validation success, training success, loss and credit diagnostics to one PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(runs)
+    path = Path(path)
+    with _replacing(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def curves_figure(runs: Sequence[RunInfo]) -> Any:
+    """The figure of :func:`plot_runs`: success rates on [0, 1], whole-number update ticks, the
+    training games before/after the RL phase beside the rollouts' success."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     panels = [
@@ -678,7 +692,11 @@ def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
                 ax.plot(xs, ys, marker="o", ms=3, label=f"{run['name']}")
         ax.set_title(title)
         ax.set_xlabel("update")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # updates are whole numbers
         ax.grid(alpha=0.3)
+        if key.endswith("success"):
+            ax.set_ylim(-0.02, 1.02)  # a rate: never an axis below 0 or above 1
+    _plot_training_games(axes[0, 1], runs)
     pair_pts = [(r["update"], r["opt/pairs"]) for run in runs for r in run["train"] if r.get("opt/pairs")]
     if pair_pts:
         ax2 = axes[1, 1].twinx()
@@ -687,11 +705,20 @@ def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
         ax2.set_ylabel("pairs / update")
     axes[0, 0].legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    with _replacing(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def _plot_training_games(ax: Any, runs: Sequence[RunInfo]) -> None:
+    """The training games played once before and once after the RL phase (the trainer's
+    ``train_games_eval``), as two larger markers joined by a dashed line."""
+    for run in runs:
+        games = (run.get("summary") or {}).get("train_games_eval") or {}
+        if games.get("before") and games.get("after"):
+            last = max((r["update"] for r in run["train"]), default=1)
+            ys = [games["before"].get("success", 0.0), games["after"].get("success", 0.0)]
+            ax.plot([0, last], ys, ls="--", marker="s", ms=6, color="black",
+                    label=f"{run['name']}: training games before/after RL")
+            ax.legend(fontsize=7)
 
 
 def summary_text(run: RunInfo) -> str:

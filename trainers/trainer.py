@@ -68,7 +68,7 @@ from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 from trainers.trust_region import TrainerOps, _all_sum
 from trainers.update_rule import AdvantageScaler, trust_region_update
 
-__all__ = ["Trainer", "cpu_threads", "list_tasks", "weights_digest"]
+__all__ = ["Trainer", "cpu_threads", "list_tasks", "run_folder_note", "weights_digest"]
 
 log = logging.getLogger(__name__)
 
@@ -551,29 +551,40 @@ class Trainer:
             if self.start_update == 0 and not self.eval_history:  # the run's identity (trainers.metrics)
                 self.metrics.log(0, "run", run_identity("trainer", cfg.env_id, cfg.estimator, "", cfg.seed, cfg.to_dict()))
             if self.start_update == 0 and cfg.eval_at_start and not self.eval_history:
+                progress.phase(f"validation before training ({len(self.val_task_ids)} tasks)")
                 self._eval_and_log(0)
             if self.start_update == 0 and cfg.warm_start_tasks:
+                progress.phase(f"warm start: behaviour cloning of {cfg.warm_start_tasks} walkthroughs")
                 self.warm_start()
             end = cfg.updates if self.stop_after is None else min(cfg.updates, self.start_update + self.stop_after)
             if self.start_update == 0 and cfg.eval_train_games:
+                progress.phase("training games before RL")
                 self._eval_training_games("before")
             for u in range(self.start_update, end):
+                progress.phase(f"update {u + 1}: rollouts, credit, optimizer")
                 t0 = time.perf_counter()
                 record = self.run_update(u)
                 record["time/update_s"] = time.perf_counter() - t0
                 self.metrics.log(u + 1, "train", record)
                 done = u + 1
                 if done % cfg.eval_every == 0 or done == cfg.updates:
+                    progress.phase(f"validation after update {done}")
                     self._eval_and_log(done)
                 if done % cfg.save_every == 0 or done == cfg.updates or done == end:
+                    progress.phase(f"checkpoint {done}")
                     self._checkpoint(done)
                 progress.advance(record.get("train/success", 0.0), self.eval_history[-1].get("success") if self.eval_history else None)
             if end == cfg.updates and cfg.eval_train_games and "after" not in self.train_games_eval:
+                progress.phase("training games after RL")
                 self._eval_training_games("after")
+            progress.phase("saving the policy and the report")
             cpu = {"trainer_s": time.process_time() - cpu_start, "env_workers_s": self.pool.worker_cpu_seconds(),
                    "torch_threads": torch.get_num_threads(), "mixed_precision": str(self.accelerator.mixed_precision),
                    "rollout_dtype": "bfloat16" if self.rollout_model is not None else "float32"}
             summary = self._summary(time.perf_counter() - t_start, cpu)
+            note = run_folder_note(self.run_dir) if acc.is_main_process else None
+            if note:
+                log.warning(note)
             if end == cfg.updates:  # finished: the end record (trainers.metrics)
                 self.metrics.log(end, "end", {"seconds": summary["seconds"], "cpu_seconds": sum(
                     c.get("trainer_s", 0.0) + c.get("env_workers_s", 0.0) for c in summary["cpu"] if c)})
@@ -680,6 +691,28 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------- small utilities
+def run_folder_note(run_dir: Path, threshold_bytes: int = 200 * 2**20) -> str | None:
+    """A warning for a run folder over ``threshold_bytes``: its size, the trained policy's and
+    the checkpoints' (a full copy of the model and optimizer state that only ``--resume`` reads).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (d / "checkpoints").mkdir(); _ = (d / "checkpoints" / "w").write_bytes(bytes(3 * 2**20))
+    >>> run_folder_note(d, threshold_bytes=2**20)  # doctest: +ELLIPSIS
+    'the run folder ... holds 3.0 MB: policy/ 0.0 MB (the trained model), checkpoints/ 3.0 MB (read only by --resume: delete them once the run is done)'
+    """
+    def size(path: Path) -> int:
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+    total = size(run_dir)
+    if total < threshold_bytes:
+        return None
+    mb = 2**20
+    return (f"the run folder {run_dir} holds {total / mb:.1f} MB: policy/ {size(run_dir / 'policy') / mb:.1f} MB "
+            f"(the trained model), checkpoints/ {size(run_dir / 'checkpoints') / mb:.1f} MB (read only by --resume: "
+            "delete them once the run is done)")
+
+
 def _numeric_stats(credits: list[Any]) -> dict[str, float]:
     out: dict[str, list[float]] = {}
     for c in credits:
@@ -712,10 +745,11 @@ def _rms_stats(acc: Any, raw: np.ndarray, scaled: np.ndarray) -> dict[str, float
 
 
 class _Progress:
-    """A rich progress bar over updates (no output when disabled)."""
+    """A rich progress bar over updates that names the phase under way (no output when disabled)."""
 
-    def __init__(self, *, enabled: bool, total: int, start: int) -> None:
+    def __init__(self, *, enabled: bool, total: int, start: int, console: Any = None) -> None:
         self.bar = None
+        self.last = ""
         if enabled:
             from rich.progress import (
                 BarColumn,
@@ -727,14 +761,20 @@ class _Progress:
             )
 
             self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False)
-            self.task = self.bar.add_task("updates", total=total, completed=start, info="")
+                                TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False,
+                                console=console)
+            self.task = self.bar.add_task("updates", total=total, completed=start, info="starting")
             self.bar.start()
+
+    def phase(self, name: str) -> None:
+        """Show what the run is doing now (before the last update's success figures)."""
+        if self.bar is not None:
+            self.bar.update(self.task, info=" · ".join(x for x in (name, self.last) if x))
 
     def advance(self, train_success: float, val_success: float | None) -> None:
         if self.bar is not None:
-            info = f"train success {train_success:.2f}" + ("" if val_success is None else f" · val {val_success:.2f}")
-            self.bar.update(self.task, advance=1, info=info)
+            self.last = f"train success {train_success:.2f}" + ("" if val_success is None else f" · val {val_success:.2f}")
+            self.bar.update(self.task, advance=1, info=self.last)
 
     def close(self) -> None:
         if self.bar is not None:
