@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import socket
 import subprocess
@@ -91,6 +92,18 @@ def test_baselines_and_identical_results_at_any_workers(small_panel, tmp_path):
     summary = summarize(walk, panel)
     assert summary["hash"] == panel.hash and summary["success"] == 1.0 and summary["success_ci"][0] > 0.5
     assert summary["success/pick_and_place_simple"] == 1.0 and summary["rubric/solved"] == 1.0
+
+
+def test_intervals_stay_inside_what_the_metric_can_be(small_panel):
+    """One win in ten (score 1, others 0; steps 50 but one 49): the t intervals are clipped to
+    [0, 1] and to the steps observed (unclipped: score [-0.126, 0.326], steps [49.77, 50.03])."""
+    from trainers.evaluate.runner import EpisodeResult
+
+    _, panel = small_panel
+    res = [EpisodeResult(i, f"t{i}", i == 0, float(i == 0), 49 if i == 0 else 50, 0, i != 0) for i in range(10)]
+    out = summarize(res, panel)
+    assert out["score_ci"][0] == 0.0 and out["score_ci"][1] == pytest.approx(0.1 + 2.2622 * math.sqrt(0.1) / math.sqrt(10), abs=1e-3)
+    assert out["steps_ci"][1] == 50 and 49 < out["steps_ci"][0] < 50
 
 
 def test_resume_replays_only_unfinished_episodes_and_refuses_other_runs(small_panel, tmp_path):

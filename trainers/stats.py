@@ -153,7 +153,15 @@ def proportion_interval(successes: int, n: int, confidence: float = 0.95) -> tup
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of a mean (df = n − 1; NaN for a single value)."""
+def mean_interval(values: Sequence[float], confidence: float = 0.95,
+                  bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """Student-t interval of a mean (df = n − 1; NaN for a single value), clipped to the
+    metric's ``bounds`` when given (a rate's t interval can otherwise reach below 0).
+
+    >>> [round(x, 3) for x in mean_interval([0.0] * 9 + [1.0], bounds=(0.0, 1.0))]
+    [0.0, 0.326]
+    """
     _m, _sd, lo, hi = paired_interval(values, confidence)
+    if bounds is not None and not math.isnan(lo):
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
     return (lo, hi)

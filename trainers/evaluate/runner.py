@@ -213,7 +213,8 @@ async def evaluate(panel: Panel, agent: Agent, out: str | Path, settings: EvalSe
 
 
 def summarize(results: Sequence[EpisodeResult], panel: Panel) -> dict[str, Any]:
-    """Success (Wilson 95 % interval), score and steps (Student-t 95 % intervals), the
+    """Success (Wilson 95 % interval), score and steps (Student-t 95 % intervals, clipped to
+    [0, 1] and to the steps observed), the
     invalid-action rate, success per task type, mean final rubric channels, errors, and the
     panel's name and hash."""
     n = len(results)
@@ -226,6 +227,9 @@ def summarize(results: Sequence[EpisodeResult], panel: Panel) -> dict[str, Any]:
     wins = sum(r.success for r in results)
     out.update(episode_metrics(rows))
     out["success_ci"] = list(stats.proportion_interval(wins, n))
-    out["score_ci"] = [x if not math.isnan(x) else None for x in stats.mean_interval([r.score for r in results])]
-    out["steps_ci"] = [x if not math.isnan(x) else None for x in stats.mean_interval([r.steps for r in results])]
+    score = stats.mean_interval([r.score for r in results], bounds=(0.0, 1.0))
+    steps = stats.mean_interval([r.steps for r in results], bounds=(min(r.steps for r in results),
+                                                                    max(r.steps for r in results)))
+    out["score_ci"] = [x if not math.isnan(x) else None for x in score]
+    out["steps_ci"] = [x if not math.isnan(x) else None for x in steps]
     return out
