@@ -51,6 +51,7 @@ def test_presets_load_and_follow_the_papers_recipe():
         ("learning_rate=fast", "learning_rate must be of type float"),
         ("grop_size=3", "unknown field 'grop_size'"),
         ("dual_clip=0.5", "dual_clip must be > 1"),
+        ("env_timeout=-1", "env_timeout must be a number of seconds ≥ 0 (0 = wait forever)"),
     ],
 )
 def test_invalid_configuration_names_field_and_allowed_values(override, message):

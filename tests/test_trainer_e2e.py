@@ -92,6 +92,7 @@ def test_one_update_generate_mode_webshop_with_lora(tmp_path):
                                                           "lora=true", "lora_r=4", "kl_coef=0.01",
                                                           "estimator=grpo", "env_workers=2"]))
     trainer = Trainer(cfg)
+    assert trainer.pool.timeout == cfg.env_timeout == 600.0  # a worker that never answers stops the run
     before = {k: v.clone() for k, v in trainer.unwrapped.named_parameters() if "lora_B" in k}
     summary = trainer.train()
     trajs = _check_run(Path(summary["run_dir"]), cfg)

@@ -80,6 +80,7 @@ class TrainConfig:
     val_tasks: int = _f(128, "Size of the fixed validation set (the first N task indices of val_split).")
     max_steps: int = _f(50, "Episode horizon in decisions (ALFWorld 50, WebShop 15).")
     env_workers: int = _f(0, "Worker processes that step the environments (0 = step them in the trainer process).")
+    env_timeout: float = _f(600.0, "With env_workers > 0: seconds a worker may take to answer one batched reset or step before the run stops with an error naming it (0 = wait forever).")
     torch_threads: int = _f(0, "CPU threads for torch (0 = auto: the cores not busy at the start, measured over 0.25 s, at least 1; $RUBRICGYM_TORCH_THREADS overrides). Results are bit-reproducible (e.g. across --resume) only with a fixed count. Ignored on GPU.")
     rubric_shaping: float = _f(0.0, "Rubric event shaping coefficient [MCGPO Eq. 18]: each step's penalty gets coef·(channels that rose − channels that fell), which estimators add to the step's return (0 = off; needs info['rubric']).")
 
@@ -187,6 +188,8 @@ class TrainConfig:
         for name in ("temperature", "val_temperature", "learning_rate", "warm_start_lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0; got {getattr(self, name)!r}")
+        if not (self.env_timeout >= 0 and math.isfinite(self.env_timeout)):
+            raise ConfigError(f"env_timeout must be a number of seconds ≥ 0 (0 = wait forever); got {self.env_timeout!r}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1]; got {self.top_p!r}")
         if not 0 < self.clip_ratio < 1:

@@ -298,7 +298,8 @@ class Trainer:
             from wrappers.shaping import make_shaped
 
             env = functools.partial(make_shaped, cfg.env_id, cfg.rubric_shaping, **cfg.env_kwargs)
-        self.pool = EnvPool(env, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers)
+        self.pool = EnvPool(env, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers,
+                            timeout=(cfg.env_timeout or None) if cfg.env_workers else None)
 
     def _resume(self) -> None:
         """Continue from the run folder's last complete checkpoint, if there is one."""
