@@ -25,7 +25,7 @@ def register_envs() -> None:
     raises (an unknown task, say), Gymnasium 1.4's checker keeps no reset data and its first
     step then fails with ``TypeError: cannot unpack non-iterable NoneType object``.  The test
     suite runs Gymnasium's full ``check_env`` on both environments instead; pass
-    ``gym.make(..., disable_env_checker=True)`` to add the passive checker anyway.
+    ``gym.make(..., disable_env_checker=False)`` to add the passive checker anyway.
     """
     for env_id, entry_point in ENV_IDS.items():
         if env_id not in gym.registry:

@@ -246,13 +246,16 @@ def test_route_api_reproduces_text_actions(mini):
 
 
 def test_check_env_passes(mini_dir):
+    """Gymnasium's checker, its warnings included (a warning fails the test: it used to silence
+    them all, so a missing ``render_fps`` could not fail it)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check_env(WebShopRubricEnv(catalogue=str(mini_dir), verify=False, tagger="lexicon"))
-        env = gym.make("WebShop-Rubric-v0", catalogue="generated", num_products=300, tagger="lexicon")
-        check_env(env.unwrapped)
-        _obs, _info = env.reset(seed=0)  # through the passive checker wrapper
-        env.step("search[shoes]")
+        warnings.simplefilter("error")
+        for kwargs in ({"catalogue": str(mini_dir), "verify": False}, {"catalogue": "generated", "num_products": 300}):
+            env = gym.make("WebShop-Rubric-v0", tagger="lexicon", disable_env_checker=False, **kwargs)
+            check_env(env.unwrapped)
+            _obs, _info = env.reset(seed=0)  # through the passive checker wrapper
+            env.step("search[shoes]")
+            env.close()
 
 
 def test_determinism_same_seed_same_episode():

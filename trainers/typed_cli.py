@@ -1,8 +1,8 @@
 """Command-line flags generated from the configuration dataclasses, parsed by tyro.
 
 ``rubricgym train`` and ``rubricgym arena`` each describe their options as one dataclass
-(:class:`trainers.train_cli.TrainCommand` nests :class:`trainers.config.TrainConfig`,
-:class:`trainers.arena_cli.ArenaCommand` nests :class:`trainers.arena.runner.ArenaConfig`):
+(:class:`trainers.config.TrainConfig`, parsed by :func:`trainers.train_cli.parse_train_args`;
+:class:`trainers.arena.command.ArenaCommand`, which nests :class:`trainers.arena.runner.ArenaConfig`):
 field types (``Literal`` choices, ``int | None``, lists), defaults and help text live there
 once, and every flag is generated from them by `tyro <https://brentyi.github.io/tyro/>`_.
 typer stays the root of the command line; it hands a command's raw arguments to

@@ -198,7 +198,7 @@ class WebShopRubricEnv(gym.Env[str, str]):
             in range (a bool is not one), or a reward that is not a finite number.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(
         self,
