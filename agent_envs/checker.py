@@ -1,7 +1,7 @@
 """The ``info`` contract of a rubricgym environment (SPEC §2), stated and checked.
 
 :func:`check_rubric_env` does for the rubric contract what Gymnasium's ``check_env`` does for
-the Gymnasium API: it plays a few short episodes on any environment (ours or a user's) and
+the Gymnasium API (the fields are typed in :class:`agent_envs.info.RubricInfo`): it plays a few short episodes on any environment (ours or a user's) and
 raises :class:`RubricEnvError` naming the first clause of :data:`CONTRACT` that is violated,
 where (after reset, after step *t*) and with what value.  Everything downstream — the
 rollouts' :func:`~agent_envs.trajectory.step_from_info`, the credit estimators, the trainer
@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from agent_envs.info import CONTRACT_FIELDS
 from agent_envs.trajectory import step_from_info
 
 __all__ = ["CONTRACT", "INVALID_PROBES", "RubricEnvError", "check_rubric_env"]
@@ -68,8 +69,8 @@ INVALID_PROBES: tuple[str, ...] = (
     "no such action " + "x" * 100_000,
 )
 
-_INFO_FIELDS = ("admissible_actions", "task", "rubric", "keys", "state_key", "won", "score", "valid",
-                "task_reward", "penalty")
+#: The typed fields (:class:`agent_envs.info.RubricInfo`), each an ``info.<field>`` clause.
+_INFO_FIELDS = CONTRACT_FIELDS
 
 #: Chooses the action of decision ``t`` from ``(observation, info, t)``.
 ActionChooser = Callable[[str, Mapping[str, Any], int], str]

@@ -197,3 +197,19 @@ def test_alfworld_real_games_keep_the_contract(alfworld_data):
         check_rubric_env(env, options={"task": 0}, steps=8)
     finally:
         env.close()
+
+
+def test_every_typed_field_has_a_clause_and_both_envs_build_it(mini_dir) -> None:
+    """One contract: the TypedDict's fields are the checker's info clauses, and both
+    environments' info starts with exactly those fields, in order (agent_envs.info.rubric_info)."""
+    from agent_envs.info import CONTRACT_FIELDS
+
+    assert {f"info.{f}" for f in CONTRACT_FIELDS} <= set(CONTRACT)
+    for env in (gym.make("ALFWorld-Rubric-v0", split="generated"),
+                gym.make("WebShop-Rubric-v0", catalogue=str(mini_dir), verify=False, tagger="lexicon")):
+        _, info = env.reset(seed=0)
+        _, _, _, _, after = env.step(info["admissible_actions"][0])
+        for i in (info, after):
+            assert tuple(i)[:len(CONTRACT_FIELDS)] == CONTRACT_FIELDS
+            assert type(i["won"]) is bool and type(i["score"]) is float and type(i["penalty"]) is float
+        env.close()

@@ -67,3 +67,19 @@ def test_shaping_needs_rubric_and_valid_coef() -> None:
 
     with pytest.raises(KeyError, match="needs info\\['rubric'\\]"):
         RubricShaping(NoRubric([{}], [])).reset()
+
+
+def test_the_wrapper_is_recorded_in_the_spec() -> None:
+    """Gymnasium's RecordConstructorArgs: env.spec lists RubricShaping and its coef, so
+    gym.make(env.spec) rebuilds the shaped environment."""
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+
+    env = RubricShaping(gym.make("ALFWorld-Rubric-v0", split="generated"), coef=0.1)
+    (spec,) = [w for w in env.spec.additional_wrappers if w.name == "RubricShaping"]
+    assert spec.kwargs == {"coef": 0.1} and spec.entry_point == "wrappers.shaping:RubricShaping"
+    again = gym.make(env.spec)
+    assert isinstance(again, RubricShaping) and again.coef == 0.1
+    env.close()
+    again.close()

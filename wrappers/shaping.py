@@ -52,7 +52,7 @@ def shaping_term(before: Mapping[str, Any], after: Mapping[str, Any], coef: floa
     return coef * (up - down)
 
 
-class RubricShaping(gym.Wrapper):
+class RubricShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Adds rubric event shaping to the reward of an environment that reports ``info["rubric"]``.
 
     The shaping term of each step is stored in ``info["shaping"]`` and also added to
@@ -71,7 +71,8 @@ class RubricShaping(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, coef: float = 0.05) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, coef=coef)  # env.spec lists the wrapper and its coef
+        gym.Wrapper.__init__(self, env)
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not math.isfinite(coef):
             raise TypeError(f"coef must be a finite number, got {coef!r}")
         self.coef = float(coef)

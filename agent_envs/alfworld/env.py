@@ -97,6 +97,7 @@ from agent_envs.alfworld.rubric import (
     exact_key,
     snapshot,
 )
+from agent_envs.info import rubric_info
 
 __all__ = ["CHARSET", "STATE_KEYS", "ALFWorldRubricEnv", "normalize_action"]
 
@@ -548,9 +549,9 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         signature = (sig.active, sig.frontier)
         remaining = self.max_steps - self._steps
         spec = game.spec
-        return {
-            "admissible_actions": list(self._admissible),
-            "task": {
+        return rubric_info(
+            admissible_actions=self._admissible,
+            task={
                 "id": game.task_id,
                 "goal": self._goal,
                 "type": spec.task_type,
@@ -562,26 +563,26 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
                 "lamp": spec.lamp,
                 "required": spec.required,
             },
-            "rubric": dict(self._tracker.status),
-            "signature": sig.symbols,
-            "keys": {
+            rubric=self._tracker.status,
+            keys={
                 "exact": exact_key(spec, self._tracker, self._location),
                 "coarse": coarse_key(spec, self._tracker, self._location, remaining, self.max_steps),
                 "signature": signature,
             },
-            "state_key": self._state_key(obs, feedback),
-            "won": self._won,
-            "score": 1.0 if self._won else 0.0,
-            "valid": valid,
-            "task_reward": task_reward,
-            "penalty": penalty,
-            "action": action,
-            "feedback": feedback,
-            "location": self._location,
-            "holding": self._snapshot.held,
-            "steps": self._steps,
-            "remaining_steps": remaining,
-        }
+            state_key=self._state_key(obs, feedback),
+            won=self._won,
+            score=1.0 if self._won else 0.0,
+            valid=valid,
+            task_reward=task_reward,
+            penalty=penalty,
+            signature=sig.symbols,
+            action=action,
+            feedback=feedback,
+            location=self._location,
+            holding=self._snapshot.held,
+            steps=self._steps,
+            remaining_steps=remaining,
+        )
 
 
 def _generated_id(path: Path) -> str:

@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from agent_envs.info import rubric_info
 from agent_envs.webshop import rubric as rb
 from agent_envs.webshop.catalogue import (
     Catalogue,
@@ -463,27 +464,26 @@ class WebShopRubricEnv(gym.Env[str, str]):
         sig = self._tracker.signature()
         admissible = self.admissible_actions()
         score = float(snap.score) if snap.score is not None else 0.0
-        info: dict[str, Any] = {
-            "admissible_actions": admissible,
-            "task": {"id": f"webshop/{goal.kind}/{goal.index}", "goal": goal.instruction, "type": "webshop"},
-            "rubric": dict(self._status),
-            "keys": {"exact": rb.exact_key(snap), "coarse": rb.coarse_key(snap, self._status),
-                     "signature": sig.key()},
-            "signature": sig.symbols,
-            "state_key": _state_key(snap),
-            "won": bool(snap.done and score >= rb.SOLVED_THRESHOLD),
-            "score": score,
-            "valid": bool(valid),
-            "task_reward": float(task_reward),
-            "penalty": float(penalty),
-            "feedback": feedback,
-            "action_key": last_key,
-            "action_keys": self._action_keys(snap, admissible),
-            "page": snap.page,
-            "steps": self._steps,
-            "tagger": self.tagger.name,
-            "catalogue": self.catalogue.description,
-        }
+        info = rubric_info(
+            admissible_actions=admissible,
+            task={"id": f"webshop/{goal.kind}/{goal.index}", "goal": goal.instruction, "type": "webshop"},
+            rubric=self._status,
+            keys={"exact": rb.exact_key(snap), "coarse": rb.coarse_key(snap, self._status), "signature": sig.key()},
+            state_key=_state_key(snap),
+            won=bool(snap.done and score >= rb.SOLVED_THRESHOLD),
+            score=score,
+            valid=bool(valid),
+            task_reward=task_reward,
+            penalty=penalty,
+            signature=sig.symbols,
+            feedback=feedback,
+            action_key=last_key,
+            action_keys=self._action_keys(snap, admissible),
+            page=snap.page,
+            steps=self._steps,
+            tagger=self.tagger.name,
+            catalogue=self.catalogue.description,
+        )
         if snap.done:
             info["reward_info"] = dict(snap.purchase) if snap.purchase is not None else None
         return info
