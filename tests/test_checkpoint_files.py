@@ -60,3 +60,31 @@ def test_a_truncated_file_is_named(run, name):
     finally:
         f.write_bytes(data)
     check_checkpoint_files(path)  # restored: fine again
+
+
+def test_tied_weights_save_without_the_alarm_and_load_tied(tmp_path, caplog) -> None:
+    """accelerate warned "Removed shared tensor {'lm_head.weight'}" on every checkpoint of a model
+    with tied embeddings (the demo's SmolLM2); the save is fine and loading ties them again, so
+    that one message is dropped while saving — and only while saving."""
+    import logging
+
+    from accelerate import Accelerator
+
+    from trainers.checkpoint import save_checkpoint
+    from trainers.models import build_tiny_model
+
+    torch.set_num_threads(1)
+    model = build_tiny_model("tiny-llama", vocab_size=512)
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    acc = Accelerator(cpu=True)
+    model, _opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    with caplog.at_level(logging.WARNING):
+        path = save_checkpoint(acc, tmp_path / "checkpoints", 1, {"update": 1})
+    assert not [r for r in caplog.records if "shared tensor" in r.getMessage()]
+    assert not logging.getLogger("accelerate.utils.other").filters  # the filter went away
+    saved = model.lm_head.weight.detach().clone()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(1.0)  # then load the saved state back
+    acc.load_state(str(path))
+    assert model.lm_head.weight is model.model.embed_tokens.weight and torch.equal(model.lm_head.weight, saved)

@@ -55,6 +55,33 @@ def latest_checkpoint(ckpt_root: str | os.PathLike[str]) -> Path | None:
     return done[-1] if done else None
 
 
+class _TiedWeights(logging.Filter):
+    """Drops accelerate's "Removed shared tensor {...} while saving" for a model with tied
+    weights (SmolLM2 ties ``lm_head`` to ``embed_tokens``): safetensors stores the shared tensor
+    once and loading the state ties it again (the exact-resume tests compare the weights)."""
+
+    def __init__(self, tied: set[str]) -> None:
+        super().__init__()
+        self.tied = tied
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return "Removed shared tensor" not in text or not any(name in text for name in self.tied)
+
+
+def _tied_names(accelerator: Any) -> set[str]:
+    """Names of parameters that share storage with another parameter, in the prepared models."""
+    names: set[str] = set()
+    for model in getattr(accelerator, "_models", []):
+        seen: dict[int, str] = {}
+        for name, p in accelerator.unwrap_model(model).named_parameters(remove_duplicate=False):
+            key = p.data_ptr()
+            if key in seen:
+                names |= {name, seen[key]}
+            seen.setdefault(key, name)
+    return names
+
+
 def save_checkpoint(accelerator: Any, ckpt_root: str | os.PathLike[str], update: int, state: dict[str, Any]) -> Path:
     """Write a checkpoint atomically (call on every process).
 
@@ -72,7 +99,12 @@ def save_checkpoint(accelerator: Any, ckpt_root: str | os.PathLike[str], update:
         if tmp.exists():
             shutil.rmtree(tmp)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp), safe_serialization=True)
+    quiet, tied = logging.getLogger("accelerate.utils.other"), _TiedWeights(_tied_names(accelerator))
+    quiet.addFilter(tied)  # only while saving; removed below
+    try:
+        accelerator.save_state(str(tmp), safe_serialization=True)
+    finally:
+        quiet.removeFilter(tied)
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (tmp / "trainer_state.json").write_text(json.dumps(state, indent=1))
