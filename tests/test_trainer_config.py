@@ -52,6 +52,7 @@ def test_presets_load_and_follow_the_papers_recipe():
         ("grop_size=3", "unknown field 'grop_size'"),
         ("dual_clip=0.5", "dual_clip must be > 1"),
         ("env_timeout=-1", "env_timeout must be a number of seconds ≥ 0 (0 = wait forever)"),
+        ("env_kwargs={max_steps: 50}", "env_kwargs max_steps 50 differs from max_steps 10: the run has one horizon"),
     ],
 )
 def test_invalid_configuration_names_field_and_allowed_values(override, message):
@@ -62,10 +63,10 @@ def test_invalid_configuration_names_field_and_allowed_values(override, message)
 
 def test_overrides_parse_yaml_values_and_dict_keys():
     cfg = load_config("demo", ["learning_rate=1e-5", "lora=true", "trainable_layers=0", "estimator_params={episode_norm: trajectories}",
-                               "env_kwargs.max_steps=9", "lora_target_modules=[q_proj, v_proj]"])
+                               "env_kwargs.generated_n=9", "lora_target_modules=[q_proj, v_proj]"])
     assert cfg.learning_rate == 1e-5 and cfg.lora is True
     assert cfg.estimator_params == {"episode_norm": "trajectories"}
-    assert cfg.env_kwargs["max_steps"] == 9
+    assert cfg.env_kwargs["generated_n"] == 9
     assert cfg.lora_target_modules == ["q_proj", "v_proj"]
     with pytest.raises(ConfigError, match="field=value"):
         apply_overrides(TrainConfig(), ["lora"])
@@ -155,3 +156,21 @@ def test_episode_metrics_average_rubric_channels_and_the_summary_shows_them(tmp_
     assert ("100 s wall, 95 s CPU (trainer 80 s with 1 torch thread(s), mixed precision no, rollouts in float32, "
             "env workers 15 s)") in text
     assert "phases: eval 30 s, rollout 50 s" in text
+
+
+def test_one_horizon_reaches_the_environment():
+    """The demo caps decisions at 10; its environment used to keep ALFWorld's 50, so the coarse
+    key's step budget (MCGPO's matching) always fell in the same bin. Now gym.make gets max_steps."""
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+
+    cfg = load_config("demo")
+    kwargs = cfg.env_make_kwargs()
+    assert kwargs["max_steps"] == cfg.max_steps == 10 and "max_steps" not in cfg.env_kwargs
+    env = gym.make(cfg.env_id, **kwargs)
+    _, info = env.reset(seed=0, options={"task": 0, "split": "generated"})
+    assert info["remaining_steps"] == 10
+    env.close()
+    other = load_config("demo", ["env_id=CartPole-v1", "env_kwargs={}"], validate=False)
+    assert other.env_make_kwargs() == {}  # not a rubricgym id: its kwargs untouched

@@ -78,7 +78,7 @@ class TrainConfig:
     val_split: str = _f("valid_seen", "Task split of the fixed validation set.")
     train_tasks: int = _f(0, "Number of training task indices to sample from (0 = every task the environment reports for the split).")
     val_tasks: int = _f(128, "Size of the fixed validation set (the first N task indices of val_split).")
-    max_steps: int = _f(50, "Episode horizon in decisions (ALFWorld 50, WebShop 15).")
+    max_steps: int = _f(50, "Episode horizon in decisions (ALFWorld 50, WebShop 15); a rubricgym environment is made with it (its truncation and budget-binned keys), the one horizon of the run.")
     env_workers: int = _f(0, "Worker processes that step the environments (0 = step them in the trainer process).")
     env_timeout: float = _f(600.0, "With env_workers > 0: seconds a worker may take to answer one batched reset or step before the run stops with an error naming it (0 = wait forever).")
     torch_threads: int = _f(0, "CPU threads for torch (0 = auto: the cores not busy at the start, measured over 0.25 s, at least 1; $RUBRICGYM_TORCH_THREADS overrides). Results are bit-reproducible (e.g. across --resume) only with a fixed count. Ignored on GPU.")
@@ -164,6 +164,14 @@ class TrainConfig:
     progress: bool = _f(True, "Show a progress bar.")
     preset: str = _f("", "Name of the preset this configuration came from (informational).")
 
+    def env_make_kwargs(self) -> dict[str, Any]:
+        """``env_kwargs`` for ``gym.make``, with the run's horizon: a rubricgym environment
+        gets ``max_steps`` (one horizon for the environment's truncation, its budget-binned
+        matching keys and the rollouts)."""
+        from agent_envs.registration import ENV_IDS
+
+        return {**self.env_kwargs, "max_steps": self.max_steps} if self.env_id in ENV_IDS else dict(self.env_kwargs)
+
     def validate(self) -> TrainConfig:
         """Check every field; raise :class:`ConfigError` naming the first bad one."""
         if self.backend == "vllm":
@@ -188,6 +196,10 @@ class TrainConfig:
         for name in ("temperature", "val_temperature", "learning_rate", "warm_start_lr"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0; got {getattr(self, name)!r}")
+        horizon = self.env_kwargs.get("max_steps") if isinstance(self.env_kwargs, dict) else None
+        if horizon is not None and horizon != self.max_steps:
+            raise ConfigError(f"env_kwargs max_steps {horizon!r} differs from max_steps {self.max_steps}: the run has one "
+                              "horizon, set it with --max-steps")
         if not (self.env_timeout >= 0 and math.isfinite(self.env_timeout)):
             raise ConfigError(f"env_timeout must be a number of seconds ≥ 0 (0 = wait forever); got {self.env_timeout!r}")
         if not 0 < self.top_p <= 1:

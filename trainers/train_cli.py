@@ -60,7 +60,7 @@ def parse_train_args(args: list[str]) -> tuple[Any, Path | None]:
     return cfg.validate(), run_dir
 
 
-def _check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
+def _check_env(cfg: Any) -> None:
     """Make (and close) the environment once, before a run folder is made, so a bad id, keyword
     argument or missing data set is a :class:`~trainers.config.ConfigError` naming the field."""
     import gymnasium as gym
@@ -68,8 +68,9 @@ def _check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     import agent_envs  # noqa: F401  (registers the rubricgym ids)
     from trainers.config import ConfigError
 
+    env_id, env_kwargs = cfg.env_id, cfg.env_kwargs
     try:
-        gym.make(env_id, **env_kwargs).close()
+        gym.make(env_id, **cfg.env_make_kwargs()).close()
     except gym.error.Error as exc:
         raise ConfigError(f"env_id {env_id!r}: {exc}") from None
     except (TypeError, ValueError) as exc:  # gym.make names the environment and the kwargs
@@ -108,7 +109,7 @@ def train(ctx: typer.Context) -> None:
         return
     try:
         cfg, run_dir = parse_train_args(args)
-        _check_env(cfg.env_id, cfg.env_kwargs)
+        _check_env(cfg)
     except ConfigError as exc:
         console.print(f"[red]invalid configuration:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None

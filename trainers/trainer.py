@@ -238,7 +238,7 @@ class Trainer:
         (:func:`agent_envs.tasks.train_val_tasks`: the pool first, the validation tasks next,
         held out of it when both come from one split)."""
         cfg = self.cfg
-        with _task_env(cfg.env_id, cfg.env_kwargs) as env:
+        with _task_env(cfg.env_id, cfg.env_make_kwargs()) as env:
             try:
                 self.train_task_ids, self.val_task_ids = train_val_tasks(
                     env, cfg.train_split, cfg.val_split, train_n=cfg.train_tasks, val_n=cfg.val_tasks)
@@ -297,8 +297,8 @@ class Trainer:
         if cfg.rubric_shaping:
             from wrappers.shaping import make_shaped
 
-            env = functools.partial(make_shaped, cfg.env_id, cfg.rubric_shaping, **cfg.env_kwargs)
-        self.pool = EnvPool(env, cfg.env_kwargs, max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers,
+            env = functools.partial(make_shaped, cfg.env_id, cfg.rubric_shaping, **cfg.env_make_kwargs())
+        self.pool = EnvPool(env, cfg.env_make_kwargs(), max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers,
                             timeout=(cfg.env_timeout or None) if cfg.env_workers else None)
 
     def _resume(self) -> None:
