@@ -157,7 +157,7 @@ class _Episode:
 class GroupRunner:
     """Runs sibling groups on persistent environments (in-process or in worker processes).
 
-    It is the one episode loop of the project: the trainer (``trainers.rollouts``) plays its
+    It is the one episode loop of the project: the trainer (``trainers.lm_policy``) plays its
     rollouts and evaluations through it with a language-model policy, the arena
     (``trainers.arena.runner``) with its linear softmax policy.  :meth:`run` and :meth:`arun`
     share how episodes start, advance and end (``_plan_resets``, ``_Episode.advance``,

@@ -52,7 +52,7 @@ from trainers.config import load_config
 from trainers.generation import score_candidates
 from trainers.models import load_policy
 from agent_envs.agent.prompts import build_prompt, format_action
-from trainers.rollouts import _encode_prompt
+from trainers.lm_policy import _encode_prompt
 if __name__ == "__main__":
     model_name, n = sys.argv[1], int(sys.argv[2])
     cfg = load_config("demo", [f"model={model_name}"])

@@ -32,8 +32,8 @@ from agent_envs.rollout import EnvPool
 from agent_envs.tasks import train_val_tasks
 from trainers.config import load_config
 from trainers.generation import choice_logprobs, score_candidates
+from trainers.lm_policy import RolloutSettings, TaskRef
 from trainers.models import load_policy, train_top_layers
-from trainers.rollouts import RolloutSettings, TaskRef
 from trainers.warm_start import behaviour_clone, expert_rows
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
-from trainers.arena.policy import STOPWORDS, Decision, Featurizer, LinearSoftmaxPolicy
+from trainers.arena.policy import STOPWORDS, DecisionFeatures, Featurizer, LinearSoftmaxPolicy
 
 
-def _decision(rows: list[list[tuple[int, float]]]) -> Decision:
+def _decision(rows: list[list[tuple[int, float]]]) -> DecisionFeatures:
     """A decision from explicit (index, value) features per action."""
     idx, val, own = [], [], []
     for k, feats in enumerate(rows):
@@ -20,7 +20,7 @@ def _decision(rows: list[list[tuple[int, float]]]) -> Decision:
             idx.append(i)
             val.append(v)
             own.append(k)
-    return Decision(
+    return DecisionFeatures(
         actions=tuple(f"a{k}" for k in range(len(rows))),
         indices=np.array(idx, dtype=np.int64),
         values=np.array(val, dtype=np.float64),

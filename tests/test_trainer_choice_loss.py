@@ -18,8 +18,8 @@ torch.set_num_threads(1)
 from trainers.batching import TrainRow
 from trainers.config import ConfigError, load_config
 from trainers.generation import score_candidates
+from trainers.lm_policy import RolloutSettings, TaskRef, collect_rollouts
 from trainers.models import load_policy, train_top_layers
-from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 from trainers.trainer import Trainer
 
 BASE = [

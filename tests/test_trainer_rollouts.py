@@ -10,9 +10,9 @@ torch.set_num_threads(1)
 from agent_envs.agent.prompts import build_prompt, parse_action
 from agent_envs.rollout import EnvPool, RolloutWorkerError
 from trainers.generation import TransformersBackend, score_candidates
+from trainers.lm_policy import fill_slots
 from trainers.models import load_policy
 from trainers.objective import pack_rows, sequence_logprobs
-from trainers.rollouts import fill_slots
 
 
 def test_prompt_has_task_observation_actions_and_two_recent_pairs():
@@ -123,7 +123,7 @@ def test_prefix_tree_scores_with_lora_and_the_whole_model_fallback():
 
 def test_compact_prompt_and_system_message():
     from agent_envs.agent.prompts import compact_observation
-    from trainers.rollouts import _encode_prompt
+    from trainers.lm_policy import _encode_prompt
 
     obs = "-= Welcome to TextWorld, ALFRED! =-\n\nYou see a mug 1,  and a sink 1.\n\nYour task is to: put a mug in sink."
     assert compact_observation(obs, "put a mug in sink.") == "You see a mug 1, and a sink 1."

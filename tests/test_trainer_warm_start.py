@@ -14,9 +14,9 @@ from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool
 from trainers.config import ConfigError, load_config
 from trainers.generation import candidate_logprobs, score_candidates
+from trainers.lm_policy import RolloutSettings, TaskRef, collect_rollouts
 from trainers.metrics import read_metrics
 from trainers.models import load_policy
-from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 from trainers.trainer import Trainer
 from trainers.warm_start import behaviour_clone, expert_rows
 

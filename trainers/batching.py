@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainers.rollouts import RolloutResult
+from trainers.lm_policy import RolloutResult
 
 __all__ = ["TrainRow", "build_rows", "pairs_in", "plan_batches", "subsample_rows"]
 
@@ -28,7 +28,7 @@ __all__ = ["TrainRow", "build_rows", "pairs_in", "plan_batches", "subsample_rows
 class TrainRow:
     """One training row: prompt ids, response ids, advantage and where it came from; in
     ``choose`` mode also the scored candidates' ids and the chosen index (see
-    :class:`trainers.rollouts.RowTokens`)."""
+    :class:`trainers.lm_policy.RowTokens`)."""
 
     prompt_ids: list[int]
     response_ids: list[int]

@@ -61,10 +61,10 @@ from trainers.checkpoint import (
 from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics, l5, normalized_auc
 from trainers.generation import choice_logprobs, make_backend
+from trainers.lm_policy import RolloutSettings, TaskRef, collect_rollouts
 from trainers.metrics import MetricsLogger, run_identity
 from trainers.models import apply_lora, load_policy, train_top_layers
 from trainers.objective import PackedBatch, pack_rows, sequence_logprobs
-from trainers.rollouts import RolloutSettings, TaskRef, collect_rollouts
 from trainers.trust_region import TrainerOps, _all_sum
 from trainers.update_rule import AdvantageScaler, trust_region_update
 

@@ -5,7 +5,7 @@ on a short budget rarely wins ALFWorld by chance. The usual remedy (an "SFT" sta
 as in the papers' pipelines) is to clone a few expert demonstrations first. ALFWorld games
 store a walkthrough; :func:`expert_rows` replays the walkthroughs of some training tasks in
 the environments, turning every decision into a row whose prompt is exactly the one the
-rollouts would build (:func:`trainers.rollouts.decision_prompt`) and whose response is the
+rollouts would build (:func:`trainers.lm_policy.decision_prompt`) and whose response is the
 expert action in the response format ``choose`` mode scores (``<action>a</action><eos>``).
 :func:`behaviour_clone` then minimises the rows' mean token negative log-likelihood.
 
@@ -32,8 +32,8 @@ import torch
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool
 from trainers.generation import choice_logprobs
+from trainers.lm_policy import RolloutSettings, RowTokens, TaskRef, candidate_ids, decision_prompt
 from trainers.objective import pack_rows, sequence_logprobs
-from trainers.rollouts import RolloutSettings, RowTokens, TaskRef, candidate_ids, decision_prompt
 
 __all__ = ["ExpertRow", "behaviour_clone", "expert_rows"]
 

@@ -10,7 +10,7 @@ one, in pure numpy:
   per action (hashed strings: action verb, goal/action word overlap, goal-word x action-word
   crosses, rubric channels x verb, repeated-action flags).  Hashing is ``zlib.crc32``, so
   feature indices are identical in every process (Python's ``hash`` of a string is not).
-* :class:`Decision` holds those features for one decision.
+* :class:`DecisionFeatures` holds those features for one decision.
 * :class:`LinearSoftmaxPolicy` scores every admissible action with ``θ·φ(a)`` and samples
   from ``softmax(score / temperature)``; :meth:`LinearSoftmaxPolicy.evaluate` computes
   log π(chosen), entropies and their gradients for a batch of decisions at once.
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchEval", "Decision", "Featurizer", "LinearSoftmaxPolicy", "action_noise", "segment_softmax"]
+__all__ = ["BatchEval", "DecisionFeatures", "Featurizer", "LinearSoftmaxPolicy", "action_noise", "segment_softmax"]
 
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
@@ -176,7 +176,7 @@ def _active(rubric: Mapping[str, Any] | None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Decision:
+class DecisionFeatures:
     """Sparse features of every admissible action of one decision.
 
     Attributes:
@@ -418,7 +418,7 @@ class Featurizer:
         rubric: Mapping[str, Any] | None = None,
         history: Sequence[str] = (),
         task: Mapping[str, Any] | None = None,
-    ) -> Decision:
+    ) -> DecisionFeatures:
         """Features of every admissible action of one decision.
 
         Args:
@@ -466,7 +466,7 @@ class Featurizer:
             val += h_val
             self._emit(self._tail_part(action, history=history, roles=roles, signature=signature), idx, val)
             own += [k] * (len(idx) - n0)
-        return Decision(
+        return DecisionFeatures(
             actions=tuple(actions),
             indices=np.asarray(idx, dtype=np.int64),
             values=np.asarray(val, dtype=np.float64),
@@ -567,12 +567,12 @@ class LinearSoftmaxPolicy:
         """An independent copy (e.g. the frozen reference or the rollout policy)."""
         return LinearSoftmaxPolicy(self.dim, self.weights)
 
-    def scores(self, decision: Decision) -> np.ndarray:
+    def scores(self, decision: DecisionFeatures) -> np.ndarray:
         """θ·φ(a) for every admissible action."""
         contrib = self.weights[decision.indices] * decision.values
         return np.bincount(decision.owner, weights=contrib, minlength=decision.n_actions)
 
-    def log_probabilities(self, decision: Decision, temperature: float = 1.0) -> np.ndarray:
+    def log_probabilities(self, decision: DecisionFeatures, temperature: float = 1.0) -> np.ndarray:
         """log π(a) for every admissible action at ``temperature``."""
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -580,12 +580,12 @@ class LinearSoftmaxPolicy:
         s = s - s.max()
         return s - np.log(np.exp(s).sum())
 
-    def probabilities(self, decision: Decision, temperature: float = 1.0) -> np.ndarray:
+    def probabilities(self, decision: DecisionFeatures, temperature: float = 1.0) -> np.ndarray:
         """π(a) for every admissible action at ``temperature``."""
         return np.exp(self.log_probabilities(decision, temperature))
 
     def sample(
-        self, decision: Decision, rng: np.random.Generator, temperature: float = 1.0
+        self, decision: DecisionFeatures, rng: np.random.Generator, temperature: float = 1.0
     ) -> tuple[int, float]:
         """Sample an action; returns ``(index, log π(index))`` at ``temperature``.
 
@@ -599,7 +599,7 @@ class LinearSoftmaxPolicy:
         return k, float(logp[k])
 
     def sample_coupled(
-        self, decision: Decision, key: int, temperature: float = 1.0
+        self, decision: DecisionFeatures, key: int, temperature: float = 1.0
     ) -> tuple[int, float]:
         """Sample by the Gumbel-max trick with noise tied to each action's *text*.
 
@@ -621,7 +621,7 @@ class LinearSoftmaxPolicy:
         k = int(np.argmax(logp + action_noise(key, decision.actions)))
         return k, float(logp[k])
 
-    def evaluate(self, decisions: Sequence[Decision], chosen: Sequence[int]) -> BatchEval:
+    def evaluate(self, decisions: Sequence[DecisionFeatures], chosen: Sequence[int]) -> BatchEval:
         """log π(chosen), entropy and a gradient closure for a batch (temperature 1).
 
         With s the logits, π = softmax(s) and φ_j the features of action j:

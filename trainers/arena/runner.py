@@ -54,7 +54,7 @@ from agent_envs.tasks import select_tasks, train_val_tasks
 from agent_envs.trajectory import Trajectory
 from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
-from trainers.arena.policy import Decision, Featurizer, LinearSoftmaxPolicy
+from trainers.arena.policy import DecisionFeatures, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, degrade_advantages, resolve_method
 from trainers.metrics import arena_record, upgrade_record
 from trainers.typed_cli import YamlDict
@@ -367,7 +367,7 @@ class ArenaConfig:
 class DecisionRecord:
     """What the update needs about one decision (kept beside its :class:`Step`)."""
 
-    decision: Decision
+    decision: DecisionFeatures
     chosen: int
     old_logp: float
 
@@ -705,7 +705,7 @@ def warm_start(
         ValueError: none of ``tasks`` has a walkthrough (e.g. WebShop).
     """
     preset = cfg.preset
-    decisions: list[Decision] = []
+    decisions: list[DecisionFeatures] = []
     chosen: list[int] = []
     for task in tasks:
         obs, info = env.reset(seed=0, options={"task": task, "split": preset.train_split})

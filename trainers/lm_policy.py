@@ -1,4 +1,6 @@
-"""Multi-turn group rollouts: P task groups × G siblings, batched across live environments.
+"""The language-model policy of the trainer's rollouts: P task groups × G siblings, played by
+:class:`agent_envs.rollout.GroupRunner` with the model answering every live environment in one
+batch per turn.
 
 Every turn, the prompts of all environments that are still running are built (SPEC §7),
 encoded with the model's chat template and answered in one batch:
