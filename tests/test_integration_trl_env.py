@@ -150,6 +150,19 @@ def test_a_call_after_the_end_steps_nothing(mini_dir) -> None:
     factory.close()
 
 
+def test_scored_episodes_are_kept_bounded(mini_dir) -> None:
+    """A run that never pops its trajectories keeps only the last ``keep`` of them."""
+    factory = RubricEnvironments("WebShop-Rubric-v0", _kwargs(mini_dir), keep=2)
+    env = factory()
+    for k in range(3):
+        env.reset(task=0, seed=k)
+        env.search(query="shoes" * (k + 1))
+        env.get_reward()
+    assert [t.steps[0].action for t in factory.pop_trajectories()] == ["search[shoesshoes]", "search[shoesshoesshoes]"]
+    assert factory.pop_trajectories() == []
+    factory.close()
+
+
 def test_tool_classes_match_the_action_kinds() -> None:
     """The tool methods are the kinds of agent_envs.agent.tools, with their descriptions."""
     docs = {name: doc for name, _t, doc in ACTION_KINDS}

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -246,10 +247,12 @@ class RubricEnvironments:
             environment's own horizon).
         tools: The tool class (default: :class:`WebShopTools` for WebShop ids, else
             :class:`ALFWorldTools`).
+        keep: How many scored episodes :meth:`pop_trajectories` can return at most (the oldest
+            are dropped past it, so a run that never pops them stays bounded in memory).
     """
 
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, max_steps: int | None = None,
-                 tools: type[RubricToolEnv] | None = None) -> None:
+                 tools: type[RubricToolEnv] | None = None, keep: int = 4096) -> None:
         self.env, self.env_kwargs, self.max_steps = env, dict(env_kwargs or {}), max_steps
         if tools is None:
             if not isinstance(env, str):
@@ -257,7 +260,7 @@ class RubricEnvironments:
             tools = WebShopTools if kinds_of(env) == ("search", "click") else ALFWorldTools
         self.tools = tools
         self._instances: list[RubricToolEnv] = []
-        self._done: list[Trajectory] = []
+        self._done: deque[Trajectory] = deque(maxlen=keep)
         self._lock = threading.Lock()
 
     def __call__(self) -> RubricToolEnv:
@@ -271,9 +274,11 @@ class RubricEnvironments:
             self._done.append(trajectory)
 
     def pop_trajectories(self) -> list[Trajectory]:
-        """The episodes scored (``get_reward``) since the last call, in scoring order."""
+        """The episodes scored (``get_reward``) since the last call, in scoring order (at most
+        ``keep``, the most recent)."""
         with self._lock:
-            out, self._done = self._done, []
+            out = list(self._done)
+            self._done.clear()
         return out
 
     def close(self) -> None:
