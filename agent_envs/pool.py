@@ -49,7 +49,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -573,8 +572,10 @@ class EnvPool:
         self.close()
 
     def __del__(self) -> None:  # pragma: no cover
-        with contextlib.suppress(Exception):  # at interpreter shutdown modules (even logging) may be gone
+        try:  # no contextlib here: at interpreter shutdown modules (even contextlib, logging) may be gone
             self.close()
+        except Exception:  # noqa: BLE001, S110
+            pass
 
 
 class PooledEnv:

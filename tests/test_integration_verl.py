@@ -42,6 +42,7 @@ EXPECTED = [
     "test_sync_trainer_refuses_kl_in_reward",
     "test_agent_loop_plays_webshop",
     "test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage",
+    "test_verls_own_worker_writes_the_rows_the_trainer_stage_credits",
     "test_agent_loop_steps_off_the_event_loop[1]",
     "test_agent_loop_steps_off_the_event_loop[0]",
     "test_agent_loop_env_workers_as_ray_actors",

@@ -497,6 +497,82 @@ def test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage(tokeniz
     assert ref[[k.startswith("u0_0_") for k in meta.keys]].min() > 0  # the won episode's steps are credited
 
 
+def test_verls_own_worker_writes_the_rows_the_trainer_stage_credits(tokenizer, transfer_queue, tmp_path):
+    """verl's own AgentLoopWorkerTQ (the class, in this process: its Ray actor wrapper adds only
+    transport), built from verl's composed ppo_trainer config, plays rollout.n = 2 sessions of a
+    generated ALFWorld game through rubricgym_env and writes the rows to TransferQueue itself; the
+    rubricgym_sync stage's advantages on those rows equal GiGPO on the episodes they decode to."""
+    from pathlib import Path
+
+    import gymnasium as gym
+    import verl.trainer
+    from hydra import compose, initialize_config_dir
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    import agent_envs  # noqa: F401
+    from agent_envs.alfworld.data import task_walkthrough
+    from trainers.models import build_tiny_model
+    from wrappers.integrations.verl import decode_row
+
+    model_dir = tmp_path / "model"  # the worker reads the tokenizer and the model config from a path
+    build_tiny_model("tiny-qwen2", vocab_size=len(tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    with initialize_config_dir(config_dir=str(Path(verl.trainer.__file__).parent / "config"), version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=[
+            f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=rubricgym_env", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.prompt_length=4096", "actor_rollout_ref.rollout.response_length=256",
+            "trainer.use_v1=true", "trainer.v1.trainer_mode=rubricgym_sync"])
+    env_kwargs = {"split": "generated"}
+    probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
+    _, info = probe.reset(seed=0, options={"task": 0})
+    walkthrough = task_walkthrough(info)
+    probe.close()
+    sessions: dict[str, int] = {}  # sticky request id per session: the first one seen plays the walkthrough
+
+    class PerSession(StandInServer):
+        async def generate(self, request_id, **kw):
+            sessions.setdefault(request_id, len(sessions))
+            self.choose = (lambda turn, adm: walkthrough[turn - 1]) if sessions[request_id] == 0 else \
+                (lambda turn, adm: adm[0])
+            return await super().generate(request_id, **kw)
+
+    worker = AgentLoopWorkerTQ.__ray_metadata__.modified_class(cfg, PerSession(tokenizer, None))
+    spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 0, "seed": 0, "max_steps": 8}
+    batch = list_of_dict_to_tensordict([{"uid": "w0", "index": 0, "global_steps": 1, "raw_prompt": [],
+                                         "extra_info": {"index": 0, "rubricgym": json.dumps(spec)}}])
+
+    async def play():
+        await worker.generate_sequences(batch)
+        while worker.background_tasks:
+            await asyncio.sleep(0.05)
+
+    asyncio.run(play())
+    assert transfer_queue.kv_list(partition_id="train")["train"]["w0"]["status"] == "finished"
+    keys = sorted(k for k in transfer_queue.kv_list(partition_id="train")["train"] if k.startswith("w0_"))
+    rows = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields", "response_mask"])
+    by_session: dict[int, list] = {}
+    for key, extra in zip(keys, rows["extra_fields"]):
+        _uid, session, index = key.split("_")
+        by_session.setdefault(int(session), []).append((int(index), decode_row(extra["rubricgym"])))
+    trajs = []
+    for s in sorted(by_session):
+        decoded = [d for _, d in sorted(by_session[s])]
+        t = decoded[-1][1]
+        trajs.append(Trajectory(t["task_id"], s, [step for step, _ in decoded], score=t["score"],
+                                success=t["success"], truncated=t["truncated"]))
+    assert sorted(t.success for t in trajs) == [False, True]  # the walkthrough won, the other did not
+    meta = KVBatchMeta(keys=keys, tags=[{}] * len(keys), partition_id="train")
+    _sync_trainer("rubricgym_gigpo")._compute_advantage(meta, {})
+    got = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])["advantages"]
+    ref = _reference("gigpo", {"w0": trajs}, keys)
+    assert np.abs(ref).max() > 0
+    for r, (adv, mask) in enumerate(zip(got.unbind(), rows["response_mask"].unbind())):
+        torch.testing.assert_close(adv, (mask.double() * ref[r]).float(), rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize("workers", [1, 0])
 def test_agent_loop_steps_off_the_event_loop(tokenizer, tmp_path, monkeypatch, workers):
     """A session's step waits for a gate file that another coroutine of verl's event loop opens
