@@ -26,6 +26,8 @@ import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypedDict
 
+import numpy as np
+
 __all__ = ["CONTRACT_FIELDS", "RubricInfo", "StateKeys", "TaskInfo", "rubric_info"]
 
 
@@ -72,7 +74,7 @@ def _number(name: str, value: Any) -> float:
 
 
 def _flag(name: str, value: Any) -> bool:
-    if type(value).__name__ not in ("bool", "bool_"):  # Python's or numpy's bool
+    if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"info[{name!r}] must be a bool, got {type(value).__name__} {value!r}")
     return bool(value)
 

@@ -144,9 +144,12 @@ def test_a_call_after_the_end_steps_nothing(mini_dir) -> None:
     factory = RubricEnvironments("WebShop-Rubric-v0", {**_kwargs(mini_dir), "max_steps": 1})
     env = factory()
     env.reset(task=0, seed=0)
-    assert "The episode is over" in env.search(query="shoes")
-    assert env.click(button="buy now") == OVER
-    assert env.get_reward() == env.get_reward() and len(factory.pop_trajectories()) == 1
+    assert "The episode is over" in env.click(button="no such button")  # invalid: the penalty, then the horizon
+    assert env.search(query="shoes") == OVER
+    first, again = env.get_reward(), env.get_reward()
+    (episode,) = factory.pop_trajectories()  # scored once, however often TRL asks
+    assert len(episode.steps) == 1 and not episode.steps[0].valid
+    assert first == again == episode.steps[0].reward + episode.steps[0].penalty < 0
     factory.close()
 
 
