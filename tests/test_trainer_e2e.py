@@ -161,6 +161,7 @@ if __name__ == "__main__":
     open(sys.argv[2] + f"/digest{t.rank}.json", "w").write(json.dumps(
         {"digest": s["weights_digest"], "identical": s["weights_identical_across_processes"],
          "world": t.world, "groups": t.groups_here}))
+    t.accelerator.end_training()  # destroys the process group (as `rubricgym train` does)
 """
 
 

@@ -127,6 +127,9 @@ def train(ctx: typer.Context) -> None:
         txt = Path(summary["run_dir"]) / "summary.txt"
         if txt.is_file():
             console.print(txt.read_text())
+    # under `accelerate launch` with several processes: destroy the process group before the
+    # interpreter exits (gloo's threads otherwise abort a process at finalization, SIGABRT)
+    trainer.accelerator.end_training()
 
 
 def model_prepare(force: bool = typer.Option(False, "--force", help="Convert again even if the cache exists.")) -> None:
