@@ -128,3 +128,43 @@ def test_translations_kept_on_disk_play_identical_episodes(tmp_path: Path) -> No
     third, err = run()  # a corrupt file: named, ignored, translated again
     assert third == first
     assert kept[0].name in err and "corrupt" in err
+
+
+def test_facts_digest_is_the_sorted_texts_sha1_whatever_the_text_table_holds(monkeypatch) -> None:
+    import hashlib
+
+    env = gym.make("ALFWorld-Rubric-v0", split="generated")
+    try:
+        env.reset(seed=0, options={"task": 2})
+        facts = list(env.unwrapped._state["_facts"])
+    finally:
+        env.close()
+    expected = hashlib.sha1("\n".join(sorted(str(f) for f in facts)).encode("utf-8")).hexdigest()
+    monkeypatch.setattr(engine, "_FACT_TEXTS_SIZE", 7)  # the table is emptied again and again
+    engine._fact_texts.clear()
+    assert engine.facts_digest(facts) == expected
+    assert engine.facts_digest(reversed(facts)) == expected and len(engine._fact_texts) <= 7
+
+
+class _ForgetInitialAtoms(gym.Wrapper):
+    """Every reset converts the game's initial atoms again (no shared propositions)."""
+
+    def reset(self, **kwargs):
+        engine._initial_atoms.clear()
+        return self.env.reset(**kwargs)
+
+
+@pytest.mark.slow
+def test_restored_states_sharing_initial_facts_play_identical_episodes() -> None:
+    memo = engine.transition_memo()
+    memo.enabled = False  # every step runs the engine on the restored state
+    try:
+        env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=10)
+        shared = _play(env, [0, 7], episodes=3, steps=10)
+        env.close()
+        env = _ForgetInitialAtoms(gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=10))
+        own = _play(env, [0, 7], episodes=3, steps=10)
+        env.close()
+    finally:
+        memo.enabled = True
+    assert len(shared) > 40 and shared == own

@@ -412,6 +412,7 @@ def translation_cache_clear() -> None:
         _cache.clear()
         _logic_cache.clear()
         _texts_cache.clear()
+        _initial_atoms.clear()
         _stats["hits"] = _stats["misses"] = 0
 
 
@@ -449,12 +450,21 @@ def _restored_state(downward_lib: Any, problem: str, logic: Any, tr: Translation
     downward_lib.load_sas_replan(tr.sas_replan_bytes)
     state.name2type = dict(tr.name2type)
     state.add_facts(tr.init_facts)
-    size = downward_lib.get_state_size()
-    atoms = (pddl_logic.Atom * size)()
-    downward_lib.get_state(atoms)
-    current = [atom.get_fact(state.name2type) for atom in atoms]
-    state.add_facts([f for f in current if not f.is_negation])
+    current = _initial_atoms.get(tr.sas_bytes)
+    if current is None:  # the SAS text's initial atoms are the same on every restore
+        size = downward_lib.get_state_size()
+        atoms = (pddl_logic.Atom * size)()
+        downward_lib.get_state(atoms)
+        facts = [atom.get_fact(state.name2type) for atom in atoms]
+        current = tuple(f for f in facts if not f.is_negation)
+        _bounded_put(_initial_atoms, tr.sas_bytes, current, _CACHE_SIZE)
+    state.add_facts(current)
     return state
+
+
+#: SAS text -> the positive facts of its initial atoms (propositions are never mutated by
+#: a state: ``apply`` adds and removes whole facts, so states may share them).
+_initial_atoms: dict[bytes, tuple[Any, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -471,8 +481,26 @@ class _InitialTexts:
 
 
 def facts_digest(facts: Any) -> str:
-    """sha1 of a fact state: its propositions' texts, sorted (order and path independent)."""
-    return hashlib.sha1("\n".join(sorted(map(str, facts))).encode("utf-8")).hexdigest()
+    """sha1 of a fact state: its propositions' texts, sorted (order and path independent).
+
+    The texts come from a process-wide table (a proposition's ``str`` is a Python format of
+    its arguments, ~1.5 µs, and a state holds hundreds that recur from state to state)."""
+    texts = _fact_texts
+    out = []
+    for fact in facts:
+        text = texts.get(fact)
+        if text is None:
+            text = str(fact)
+            if len(texts) >= _FACT_TEXTS_SIZE:
+                texts.clear()
+            texts[fact] = text
+        out.append(text)
+    out.sort()
+    return hashlib.sha1("\n".join(out).encode("utf-8")).hexdigest()
+
+
+_FACT_TEXTS_SIZE = 200_000
+_fact_texts: dict[Any, str] = {}
 
 
 def _bounded_put(table: dict[Any, Any], key: Any, value: Any, limit: int) -> None:

@@ -32,6 +32,8 @@ Example (a tiny run on generated ALFWorld games; takes about a minute):
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import logging
 import math
@@ -166,12 +168,12 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
 #: of the powered comparison with the calibration controls beside them (docs/arena.md); MileGPO
 #: and SCPO are the second command, into the same folder.
 DEFAULT_METHODS: dict[str, tuple[str, str]] = {
-    "alfworld-generated": ("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle,grpo:shuffle15,grpo:shuffle50,grpo:no_rl"),
+    "alfworld-generated": ("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle,grpo:shuffle50,grpo:no_rl"),
 }
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).
-DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 20,
+DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 50,
                                  "alfworld": 3, "alfworld-unseen": 3}
 
 
@@ -804,6 +806,48 @@ def _evaluate(
     }
 
 
+# Process-wide: what every method of a comparison computes identically.  The warm start is
+# deterministic (one policy for every method and seed), and the validation before the first
+# update sees the same policy and draws for every method of a seed; each is computed once
+# per process and setting (keyed by the whole setting, the seed and the policy's weights).
+_warm_starts: dict[str, tuple[np.ndarray, dict[str, float]]] = {}
+_first_validations: dict[tuple[str, int, str], dict[str, Any]] = {}
+_SHARED_SIZE = 16  # settings; a warm-started weight vector is dim x 8 bytes (2 MiB)
+
+
+def _setting_key(cfg: ArenaConfig) -> str:
+    return json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+
+
+def _warm_started(policy: LinearSoftmaxPolicy, env: Any, cfg: ArenaConfig, featurizer: Featurizer) -> dict[str, float]:
+    """:func:`warm_start` of ``policy``, run once per process and setting."""
+    key = _setting_key(cfg)
+    hit = _warm_starts.get(key)
+    if hit is None:
+        stats = warm_start(policy, env, cfg, warm_start_tasks(env, cfg), featurizer)
+        if len(_warm_starts) >= _SHARED_SIZE:
+            _warm_starts.clear()
+        hit = _warm_starts[key] = (policy.weights.copy(), stats)
+    policy.weights[:] = hit[0]
+    return dict(hit[1])
+
+
+def _evaluate_once(envs: EnvPool, cfg: ArenaConfig, val_set: Sequence[Any], val_split: str | None,
+                   policy: LinearSoftmaxPolicy, featurizer: Featurizer, seed: int, update: int) -> dict[str, Any]:
+    """:func:`_evaluate`; the validation before the first update is kept per process, setting,
+    seed and weights (every method of a seed starts there)."""
+    if update != 0:
+        return _evaluate(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
+    key = (_setting_key(cfg), seed, hashlib.sha1(policy.weights.tobytes()).hexdigest())
+    hit = _first_validations.get(key)
+    if hit is None:
+        hit = _evaluate(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
+        if len(_first_validations) >= _SHARED_SIZE:
+            _first_validations.clear()
+        _first_validations[key] = hit
+    return copy.deepcopy(hit)
+
+
 def _task_sets(env: Any, cfg: ArenaConfig) -> tuple[list[Any], list[Any], str | None]:
     """(training pool, validation tasks, validation split) of a run."""
     preset = cfg.preset
@@ -930,7 +974,7 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
     policy = LinearSoftmaxPolicy(cfg.dim)
     warm: dict[str, float] = {}
     if cfg.warm_start:
-        warm = warm_start(policy, env, cfg, warm_start_tasks(env, cfg), featurizer)
+        warm = _warm_started(policy, env, cfg, featurizer)
     reference = policy.copy()
     rule = cfg.update_rule()
     scaler = AdvantageScaler.from_config(rule)
@@ -945,7 +989,7 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
 
         def validate(update: int) -> dict[str, Any]:
             t_eval = time.perf_counter()
-            rec = _evaluate(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
+            rec = _evaluate_once(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
             rec["time"] = {"eval": time.perf_counter() - t_eval}
             run.evals.append(rec)
             emit(rec)
