@@ -819,15 +819,21 @@ def _setting_key(cfg: ArenaConfig) -> str:
     return json.dumps(cfg.to_dict(), sort_keys=True, default=str)
 
 
+def _keep(table: dict[Any, Any], key: Any, value: Any) -> Any:
+    """``table[key] = value`` (emptied first when full: memory stays bounded); returns ``value``."""
+    if len(table) >= _SHARED_SIZE:
+        table.clear()
+    table[key] = value
+    return value
+
+
 def _warm_started(policy: LinearSoftmaxPolicy, env: Any, cfg: ArenaConfig, featurizer: Featurizer) -> dict[str, float]:
     """:func:`warm_start` of ``policy``, run once per process and setting."""
     key = _setting_key(cfg)
     hit = _warm_starts.get(key)
     if hit is None:
         stats = warm_start(policy, env, cfg, warm_start_tasks(env, cfg), featurizer)
-        if len(_warm_starts) >= _SHARED_SIZE:
-            _warm_starts.clear()
-        hit = _warm_starts[key] = (policy.weights.copy(), stats)
+        hit = _keep(_warm_starts, key, (policy.weights.copy(), stats))
     policy.weights[:] = hit[0]
     return dict(hit[1])
 
@@ -841,10 +847,7 @@ def _evaluate_once(envs: EnvPool, cfg: ArenaConfig, val_set: Sequence[Any], val_
     key = (_setting_key(cfg), seed, hashlib.sha1(policy.weights.tobytes()).hexdigest())
     hit = _first_validations.get(key)
     if hit is None:
-        hit = _evaluate(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
-        if len(_first_validations) >= _SHARED_SIZE:
-            _first_validations.clear()
-        _first_validations[key] = hit
+        hit = _keep(_first_validations, key, _evaluate(envs, cfg, val_set, val_split, policy, featurizer, seed, update))
     return copy.deepcopy(hit)
 
 
