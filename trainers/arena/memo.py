@@ -27,7 +27,10 @@ Example:
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
+
+from cachetools import LRUCache
 
 __all__ = ["EpisodeMemo", "MemoTable"]
 
@@ -36,8 +39,8 @@ class MemoTable:
     """The memory of one or more :class:`EpisodeMemo` wrappers, with their shared counters.
 
     Args:
-        max_entries: Stop memoising new steps beyond this many (memory bound; behaviour is
-            unaffected, only speed).
+        max_entries: Remember at most this many steps; when full, the least recently used
+            one is forgotten (memory bound; behaviour is unaffected, only speed).
 
     Attributes:
         hits: Steps and resets answered from the memo.
@@ -45,16 +48,20 @@ class MemoTable:
         replayed: Actions re-executed to bring a real environment to a history.
 
     Example:
-        >>> table = MemoTable(max_entries=1)
+        >>> table = MemoTable(max_entries=2)
         >>> table.store(("reset", ()), "first")
         >>> table.store(("reset", ("look",)), "second")
-        >>> len(table), table.entries[("reset", ())]
-        (1, 'first')
+        >>> table.lookup(("reset", ()))                        # used: now the most recent
+        'first'
+        >>> table.store(("reset", ("look", "inventory")), "third")   # full: "second" goes
+        >>> len(table), table.lookup(("reset", ("look",))), table.lookup(("reset", ()))
+        (2, None, 'first')
     """
 
     def __init__(self, max_entries: int = 200_000) -> None:
         self.max_entries = int(max_entries)
-        self.entries: dict[tuple[str, tuple[str, ...]], Any] = {}
+        self.entries: LRUCache = LRUCache(maxsize=self.max_entries)
+        self._lock = threading.Lock()  # a lookup reorders the table
         self.hits = 0
         self.misses = 0
         self.replayed = 0
@@ -62,9 +69,14 @@ class MemoTable:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def lookup(self, key: tuple[str, tuple[str, ...]]) -> Any:
+        """The value stored for ``key`` (``None`` if unknown or forgotten)."""
+        with self._lock:
+            return self.entries.get(key)
+
     def store(self, key: tuple[str, tuple[str, ...]], value: Any) -> None:
-        """Remember ``value`` for ``key`` while the table has room."""
-        if len(self.entries) < self.max_entries:
+        """Remember ``value`` for ``key`` (the least recently used step goes when full)."""
+        with self._lock:
             self.entries[key] = value
 
     def stats(self) -> dict[str, float]:
@@ -79,8 +91,8 @@ class EpisodeMemo:
 
     Args:
         env: The environment (Gymnasium API: ``reset(seed=, options=)``, ``step(action)``).
-        max_entries: Stop memoising new steps beyond this many (memory bound; behaviour is
-            unaffected, only speed); ignored with ``table``.
+        max_entries: Remember at most this many steps, forgetting the least recently used
+            (memory bound; behaviour is unaffected, only speed); ignored with ``table``.
         table: A :class:`MemoTable` shared with other wrappers of environments of the same
             kind and arguments (``None``: a table of this wrapper's own).
 
@@ -127,7 +139,7 @@ class EpisodeMemo:
         self._reset_key = json.dumps([seed, options], sort_keys=True, default=str)
         self._history = ()
         key = (self._reset_key, ())
-        cached = self.table.entries.get(key)
+        cached = self.table.lookup(key)
         if cached is not None:
             self.table.hits += 1
             return cached
@@ -157,7 +169,7 @@ class EpisodeMemo:
             raise RuntimeError("call reset() before step()")
         history = self._history + (action,)
         key = (self._reset_key, history)
-        cached = self.table.entries.get(key)
+        cached = self.table.lookup(key)
         if cached is not None:
             self.table.hits += 1
             self._history = history
