@@ -164,6 +164,24 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     assert completed_run(replace(cfg, val_episodes=2), "grpo", 0, tmp_path) is None
 
 
+@pytest.mark.slow
+def test_two_workers_give_the_numbers_of_one_and_run_each_seed_in_one_process(tmp_path: Path) -> None:
+    cfg = ArenaConfig.for_env("webshop", **TINY)
+    methods, seeds = ["grpo", "rloo"], [0, 1, 2]
+    run_arena(cfg, methods, seeds, tmp_path / "one", workers=1)
+    run_arena(cfg, methods, seeds, tmp_path / "two", workers=2)
+    process: dict[int, set[int]] = {}
+    for method in methods:
+        for seed in seeds:
+            name = f"{method}__seed{seed}"
+            one, two = (tmp_path / f / "runs" / name / "metrics.jsonl" for f in ("one", "two"))
+            assert _records(one) == _records(two)
+            end = json.loads(two.read_text().splitlines()[-1])
+            process.setdefault(seed, set()).add(end["time"]["process"])
+    assert all(len(p) == 1 for p in process.values())  # every method of a seed: one process
+    assert len(set().union(*process.values())) == 2  # and both workers ran seeds
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

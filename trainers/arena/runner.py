@@ -1035,8 +1035,8 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
                 log.info("%s seed %d update %d: validation success %.3f", method, seed, update, rec["success"])
         end = {"kind": "end", "update": cfg.updates, "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
                "cpu_seconds": time.process_time() - cpu_start}
-        if isinstance(env, EpisodeMemo):
-            end["time"] = env.stats()  # process-wide counters: depend on what ran before
+        # what depends on the process and on what ran in it before: its id and the memo's counters
+        end["time"] = {"process": os.getpid(), **(env.stats() if isinstance(env, EpisodeMemo) else {})}
         emit(end)
     os.replace(tmp_path, metrics_path)
     return end
@@ -1081,6 +1081,50 @@ def _run_job(args: tuple[dict[str, Any], str, int, str]) -> tuple[str, int, dict
         log.info("%s seed %d: finished run found in %s, not run again", method, seed, out_dir)
         return method, seed, done
     return method, seed, run_one(cfg, method, seed, out_dir)
+
+
+def _run_seed_affine(seed_jobs: Sequence[Sequence[tuple[dict[str, Any], str, int, str]]], workers: int,
+                     progress: Callable[[str, int, dict[str, Any]], None] | None) -> None:
+    """Run each seed's jobs (one per method) in one worker process, ``workers`` at a time.
+
+    A worker that finishes a seed takes the next one.  Every method of a seed then runs in
+    the process that already holds what they share (the first validation, the first
+    update's episodes in the memo table, the engine's transition memo); which process runs
+    a job never changes its numbers, only the time.
+    """
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    todo = deque(seed_jobs)
+    pools = [ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"),
+                                 initializer=_worker_init, initargs=(os.getpid(),))
+             for _ in range(min(workers, len(todo)))]
+    running: dict[Any, int] = {}  # future -> index of the pool running it
+    left = [0] * len(pools)  # jobs of the pool's current seed not yet finished
+
+    def feed(i: int) -> None:
+        jobs = todo.popleft() if todo else ()
+        for job in jobs:
+            running[pools[i].submit(_run_job, job)] = i
+        left[i] = len(jobs)
+
+    try:
+        for i in range(len(pools)):
+            feed(i)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = running.pop(fut)
+                method, seed, end = fut.result()
+                if progress:
+                    progress(method, seed, end)
+                left[i] -= 1
+                if left[i] == 0:
+                    feed(i)
+    finally:
+        for pool in pools:
+            pool.shutdown(cancel_futures=True)
 
 
 def _worker_init(parent: int) -> None:
@@ -1145,7 +1189,8 @@ def run_arena(
         seeds: Training seeds (paired across methods).
         out_dir: Output folder (``config.json``, ``runs/``, ``results.md``, PNGs).
         workers: Parallel processes (each run is independent, so results do not depend
-            on this number).
+            on this number); each runs whole seeds (every method of a seed), which share
+            work.
         baseline: Method for paired differences (default: the first method).
         progress: Called after each finished run with ``(method, seed, end record)``.
         title: Title of the results table.
@@ -1173,25 +1218,16 @@ def run_arena(
                    indent=2, default=str),
         encoding="utf-8",
     )
-    jobs = [(cfg.to_dict(), m, int(s), str(out)) for s in seeds for m in methods]
+    seed_jobs = [[(cfg.to_dict(), m, int(s), str(out)) for m in methods] for s in seeds]
     t0 = time.perf_counter()
     prepare_generated_games(cfg)  # once, here, before any worker process needs the games
     if workers <= 1:
-        for job in jobs:
+        for job in (job for jobs in seed_jobs for job in jobs):
             method, seed, end = _run_job(job)
             if progress:
                 progress(method, seed, end)
     else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                 initializer=_worker_init, initargs=(os.getpid(),)) as pool:
-            futures = [pool.submit(_run_job, job) for job in jobs]
-            for fut in as_completed(futures):
-                method, seed, end = fut.result()
-                if progress:
-                    progress(method, seed, end)
+        _run_seed_affine(seed_jobs, workers, progress)
     wall = time.perf_counter() - t0
     preamble = (
         f"Environment `{cfg.env}`; {cfg.updates} updates x {cfg.tasks_per_update} tasks x "
