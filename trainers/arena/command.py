@@ -40,7 +40,7 @@ class ArenaCommand:
             (alfworld-generated: grpo,rloo,gigpo,graphgpo,mcgpo; others: the seven).
         variants: Comma-separated ablations and calibration controls as estimator:variant, e.g.
             mcgpo:same_fold,grpo:shuffle15 ('all' for every one; --list shows them); default: the
-            env's (alfworld-generated: gigpo:step_shuffle, grpo:shuffle50, grpo:no_rl; others: none).
+            env's (alfworld-generated: gigpo:step_shuffle; others: none).
         seeds: Seeds: a count (3 -> 0,1,2), a list (0,1,2) or a range (0-2); default: the
             setting's (enough seeds for its documented minimum detectable difference).
         baseline: Method for paired differences (default: the first).

@@ -165,15 +165,17 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
 
 #: ``(--estimators, --variants)`` of ``rubricgym arena --env E`` without them (others: the
 #: seven estimators, no variants).  On ALFWorld the default comparison is the five estimators
-#: of the powered comparison with the calibration controls beside them (docs/arena.md); MileGPO
-#: and SCPO are the second command, into the same folder.
+#: of the powered comparison with the finest calibration control beside them (GiGPO with its
+#: step credit destroyed: it needs every seed to be resolved); the coarse controls (no RL, half
+#: of GRPO's rows scrambled: resolved at 20 seeds) and MileGPO and SCPO are further commands
+#: into the same folder (docs/arena.md).
 DEFAULT_METHODS: dict[str, tuple[str, str]] = {
-    "alfworld-generated": ("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle,grpo:shuffle50,grpo:no_rl"),
+    "alfworld-generated": ("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle"),
 }
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).
-DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 50,
+DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 60,
                                  "alfworld": 3, "alfworld-unseen": 3}
 
 
