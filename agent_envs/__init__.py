@@ -12,7 +12,7 @@ Example:
 
 from agent_envs.checker import RubricEnvError, check_rubric_env
 from agent_envs.registration import ENV_IDS, register_envs
-from agent_envs.trajectory import (
+from rubrics.trajectory import (
     Step,
     Trajectory,
     TrajectoryFormatError,

@@ -4,7 +4,7 @@
 the Gymnasium API (the fields are typed in :class:`agent_envs.info.RubricInfo`): it plays a few short episodes on any environment (ours or a user's) and
 raises :class:`RubricEnvError` naming the first clause of :data:`CONTRACT` that is violated,
 where (after reset, after step *t*) and with what value.  Everything downstream — the
-rollouts' :func:`~agent_envs.trajectory.step_from_info`, the credit estimators, the trainer
+rollouts' :func:`~rubrics.trajectory.step_from_info`, the credit estimators, the trainer
 and the arena — relies on these clauses.
 
 Example:
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from agent_envs.info import CONTRACT_FIELDS
-from agent_envs.trajectory import step_from_info
+from rubrics.trajectory import step_from_info
 
 __all__ = ["CONTRACT", "INVALID_PROBES", "RubricEnvError", "check_rubric_env"]
 

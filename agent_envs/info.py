@@ -1,6 +1,6 @@
 """The typed ``info`` of a rubricgym environment (SPEC §2): what every step and reset returns.
 
-:class:`RubricInfo` names the fields the rollouts (:func:`~agent_envs.trajectory.step_from_info`),
+:class:`RubricInfo` names the fields the rollouts (:func:`~rubrics.trajectory.step_from_info`),
 the credit estimators, the trainer and the arena read; :func:`rubric_info` is the one builder
 both environments call (it checks the field types as it builds, so a wrong type fails where it
 is made), and :func:`~agent_envs.checker.check_rubric_env` checks any environment against the

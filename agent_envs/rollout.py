@@ -8,9 +8,9 @@ steps every live episode in lock step with one batched policy call per turn (a l
 that generates for the whole batch at once); :meth:`GroupRunner.arun` lets every episode
 await its own policy answer and environment step (an inference server answering requests
 concurrently), so no episode waits for the slowest and the event loop never blocks on an
-environment (:mod:`agent_envs.pool`).  Both return :class:`~agent_envs.trajectory.Trajectory`
+environment (:mod:`agent_envs.pool`).  Both return :class:`~rubrics.trajectory.Trajectory`
 objects whose steps are filled from the environments' ``info`` (SPEC §1–§2) by
-:func:`~agent_envs.trajectory.step_from_info` (its docstring has the field-by-field table).
+:func:`~rubrics.trajectory.step_from_info` (its docstring has the field-by-field table).
 
 It is environment-agnostic: anything made by ``gym.make(env_id, **env_kwargs)`` or by a
 zero-argument factory works (the factory must be picklable for worker processes, e.g. a
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent_envs.pool import EnvFactory, EnvPool, RolloutWorkerError
-from agent_envs.trajectory import Step, Trajectory, hashable, matching_keys, step_from_info
+from rubrics.trajectory import Step, Trajectory, hashable, matching_keys, step_from_info
 
 if TYPE_CHECKING:
     from typing_extensions import Self

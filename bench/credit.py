@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from agent_envs.trajectory import Step, Trajectory, load_jsonl
+from rubrics.trajectory import Step, Trajectory, load_jsonl
 from wrappers.credit import available_estimators, get_estimator
 from wrappers.credit.base import _REGISTRY, validate_groups
 from wrappers.credit.flat import flat_advantages

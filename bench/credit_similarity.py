@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from agent_envs.rollout import GroupRunner, Turn
-from agent_envs.trajectory import Trajectory, load_jsonl, save_jsonl
 from bench.credit import paired_ms
+from rubrics.trajectory import Trajectory, load_jsonl, save_jsonl
 from wrappers.credit import get_estimator
 from wrappers.credit.graph import RowTable, TransitionGraph, graph_stats_batch
 

@@ -1,7 +1,7 @@
 """The arena plays through the project's one episode loop (issue #13, "one rollout path").
 
 * Every arena episode is played by :class:`agent_envs.rollout.GroupRunner` and every step
-  is built by :func:`agent_envs.trajectory.step_from_info`: a small WebShop run counts the
+  is built by :func:`rubrics.trajectory.step_from_info`: a small WebShop run counts the
   calls against the steps its metrics report, and the old loop is gone.
 * Each episode ``(group, slot)`` draws from its own generator, so a group played in lock
   step takes exactly the actions of its siblings played one by one (and the memo, shared

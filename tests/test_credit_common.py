@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import CreditInputError, available_estimators, get_estimator
 from wrappers.credit.common import normalize, outcomes, row_scores, step_returns, task_norm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import CreditInputError, get_estimator
 from wrappers.credit.flat import flat_advantages, flat_batch, flat_credit
 

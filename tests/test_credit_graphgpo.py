@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import get_estimator
 from wrappers.credit.graph import SUCCESS, Terminal, TransitionGraph, segment_normalize
 from wrappers.credit.graphgpo import graphgpo_credit

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import CreditInputError, get_estimator
 from wrappers.credit.graphgpo import graphgpo_credit
 from wrappers.credit.mcgpo import MCGPO, context_keys, mcgpo_pairs, summarize_pairs

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import get_estimator
 from wrappers.credit.graphgpo import graphgpo_credit
 from wrappers.credit.milegpo import PRESETS, MileGPO, milegpo_credit

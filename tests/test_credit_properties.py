@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import available_estimators, get_estimator
 from wrappers.credit.base import _REGISTRY
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import get_estimator
 from wrappers.credit.gigpo import GiGPO
 from wrappers.credit.scorers import LexicalScorer, PairScorer
@@ -409,7 +409,7 @@ def test_credit_spectrum_plot(tmp_path) -> None:
 
 # --- ablation switches [SCPO §4.3.2-4.3.3] ----------------------------------------------------
 def _ablation_group():
-    from agent_envs.trajectory import Step, Trajectory
+    from rubrics.trajectory import Step, Trajectory
 
     def st(action, feedback, reward=0.0):
         return Step(action, action, reward=reward, feedback=feedback)

@@ -15,7 +15,7 @@ from difflib import SequenceMatcher
 import numpy as np
 import pytest
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import CreditInputError, get_estimator
 from wrappers.credit.flat import flat_advantages
 from wrappers.credit.gigpo import anchor_ids

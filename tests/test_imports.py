@@ -9,11 +9,16 @@ import pytest
 
 
 def test_rubrics_and_wrappers_import_no_torch_or_engine() -> None:
+    """... and the estimators' data model and the estimators run without Gymnasium or the
+    environments' package (``rubrics.trajectory`` is the bottom layer)."""
     code = (
         "import sys, rubrics, wrappers, wrappers.credit; "
-        "wrappers.credit.available_estimators(); "
+        "from rubrics.trajectory import Step, Trajectory; "
+        "g = [Trajectory('t', k, [Step('s0', a, keys={'exact': 's0'}), Step('s1', 'b', reward=r)], success=r > 0) "
+        "for k, (a, r) in enumerate([('a', 10.0), ('c', 0.0)])]; "
+        "[wrappers.credit.get_estimator(n)([g]) for n in ('grpo', 'rloo', 'gigpo', 'graphgpo', 'milegpo', 'mcgpo')]; "
         "bad = [m for m in ('torch', 'alfworld', 'textworld', 'transformers', 'flask', 'bm25s', "
-        "'sentence_transformers', 'selenium') if m in sys.modules]; "
+        "'sentence_transformers', 'selenium', 'gymnasium', 'agent_envs') if m in sys.modules]; "
         "print(','.join(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ import pytest
 from counter_env import CountTo  # tests/ is on sys.path
 
 from agent_envs.rollout import GroupRunner, Turn, matching_keys, per_episode, rollout_group
-from agent_envs.trajectory import load_jsonl, save_jsonl
+from rubrics.trajectory import load_jsonl, save_jsonl
 
 TASK = "pick_and_place_simple-Book-None-SideTable-329/trial_T20190908_050633_745514"
 WALK = ["go to bed 1", "take book 2 from bed 1", "go to sidetable 1", "move book 2 to sidetable 1"]

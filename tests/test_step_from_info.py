@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent_envs.trajectory import Trajectory, hashable, load_jsonl, save_jsonl, step_from_info
+from rubrics.trajectory import Trajectory, hashable, load_jsonl, save_jsonl, step_from_info
 
 C, F = frozenset({"target_acquired"}), frozenset({"target_placed"})
 

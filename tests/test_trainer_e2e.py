@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
-from agent_envs.trajectory import load_jsonl
+from rubrics.trajectory import load_jsonl
 from trainers.checkpoint import MARKER, latest_checkpoint
 from trainers.config import load_config
 from trainers.metrics import read_metrics

@@ -146,7 +146,7 @@ def test_trainer_warm_start_runs_before_the_first_update_and_is_reported(tmp_pat
     warm = summary["warm_start"]
     assert warm["tasks"] == 3 and 3 * 3 <= warm["rows"] <= 3 * 4 and warm["steps"] == 2 * -(-warm["rows"] // 8)
     assert 0.0 <= warm["val_success"] <= 1.0 and summary["warm_start_eval"]["episodes"] == 2
-    from agent_envs.trajectory import load_jsonl
+    from rubrics.trajectory import load_jsonl
 
     assert len(load_jsonl(Path(summary["run_dir"]) / "rollouts" / "eval_warm_start_00000.jsonl")) == 2
     text = (Path(summary["run_dir"]) / "summary.txt").read_text()

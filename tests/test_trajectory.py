@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from agent_envs.trajectory import Step, Trajectory, TrajectoryFormatError, load_jsonl, save_jsonl
+from rubrics.trajectory import Step, Trajectory, TrajectoryFormatError, load_jsonl, save_jsonl
 
 
 def _traj(slot: int = 0) -> Trajectory:
@@ -120,7 +120,7 @@ def test_corrupt_bytes_name_file_and_line(tmp_path, raw: bytes, message: str) ->
 def test_step_takes_numpy_scalar_rewards_and_refuses_bools() -> None:
     import numpy as np
 
-    from agent_envs.trajectory import Step
+    from rubrics.trajectory import Step
 
     step = Step(state_key="s", action="look", reward=np.float32(10.0), penalty=np.int64(0))
     assert step.reward == 10.0 and type(step.reward) is float and type(step.penalty) is float

@@ -14,7 +14,7 @@ encoded with the model's chat template and answered in one batch:
 Siblings of a group reset with the same task and seed, so they start from identical states.
 The episodes are played by :class:`~agent_envs.rollout.GroupRunner`, the one episode loop;
 the language model is its policy. Each decision becomes a
-:class:`~agent_envs.trajectory.Step` (the response text in ``Step.extra["response"]``) and a
+:class:`~rubrics.trajectory.Step` (the response text in ``Step.extra["response"]``) and a
 training row (the step's own prompt ids and response ids).
 """
 
@@ -32,7 +32,7 @@ import torch
 from agent_envs.agent.chat import build_messages
 from agent_envs.agent.prompts import build_prompt, format_action, reply_action
 from agent_envs.rollout import EnvPool, GroupRunner, Turn
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from trainers.generation import GenerationBackend, score_candidates
 
 __all__ = ["RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "candidate_ids", "collect_rollouts", "decision_prompt",

@@ -50,7 +50,7 @@ import torch
 
 from agent_envs.rollout import EnvPool
 from agent_envs.tasks import task_pool, train_val_tasks
-from agent_envs.trajectory import save_jsonl
+from rubrics.trajectory import save_jsonl
 from trainers.batching import TrainRow, build_rows, subsample_rows
 from trainers.checkpoint import (
     latest_checkpoint,

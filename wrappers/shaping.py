@@ -57,7 +57,7 @@ class RubricShaping(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     The shaping term of each step is stored in ``info["shaping"]`` and also added to
     ``info["penalty"]`` (the row-local part of the reward, SPEC §1), so rollouts that build
-    :class:`agent_envs.trajectory.Step` objects from ``info`` account for it.
+    :class:`rubrics.trajectory.Step` objects from ``info`` account for it.
 
     Args:
         env: An environment whose ``info`` carries a ``"rubric"`` status after reset and step.

@@ -22,7 +22,7 @@ pytest.importorskip("verl", reason="verl is not installed in this interpreter (s
 import torch
 from omegaconf import OmegaConf
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import available_estimators, get_estimator
 from wrappers.credit.flat import flat_advantages
 

@@ -53,7 +53,7 @@ import tyro
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
 from agent_envs.tasks import select_tasks, train_val_tasks
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, ObjectiveConfig, decision_loss
 from trainers.arena.policy import DecisionFeatures, Featurizer, LinearSoftmaxPolicy
@@ -556,7 +556,7 @@ def play_groups(
     environments ``0 .. len(tasks) * group_size - 1`` of ``envs``.
 
     The episodes are played by :class:`~agent_envs.rollout.GroupRunner` (the project's one
-    episode loop; steps from :func:`~agent_envs.trajectory.step_from_info`); ``policy`` keeps
+    episode loop; steps from :func:`~rubrics.trajectory.step_from_info`); ``policy`` keeps
     each episode's decision records and task type under ``(group, slot)``.
 
     Args:
@@ -1029,7 +1029,7 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
             run.train.append(train_rec)
             emit(train_rec)
             if cfg.save_rollouts:
-                from agent_envs.trajectory import save_jsonl
+                from rubrics.trajectory import save_jsonl
 
                 save_jsonl(run_dir / "rollouts" / f"update_{update:04d}.jsonl", [t for g in groups for t in g])
             if update % cfg.eval_every == 0 or update == cfg.updates:

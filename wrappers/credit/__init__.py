@@ -1,7 +1,7 @@
 """Framework-neutral credit estimators (SPEC §4).
 
 Example:
-    >>> from agent_envs.trajectory import Step, Trajectory
+    >>> from rubrics.trajectory import Step, Trajectory
     >>> from wrappers.credit import get_estimator
     >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], score=1, success=True)
     >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")], score=0)

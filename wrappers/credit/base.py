@@ -2,7 +2,7 @@
 
 Every estimator is a callable object built by :func:`get_estimator` from keyword
 parameters; called on a sequence of groups (each a sequence of sibling
-:class:`~agent_envs.trajectory.Trajectory` objects of one task) it returns one
+:class:`~rubrics.trajectory.Trajectory` objects of one task) it returns one
 :class:`CreditResult` per group, in order.  Estimators are pure: no torch, no engine,
 deterministic given their inputs.
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 
 __all__ = [
     "CreditInputError",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 
 __all__ = [
     "EPS",

@@ -10,8 +10,8 @@ At native speed: the regrouping is column-wise numpy work, and the estimators wi
 ``compute_rows`` method (all seven built-in ones) run on a
 :class:`~wrappers.credit.graph.RowTable` of :class:`StepRows` built straight from the
 columns, each column picked on first use, the same code path their grouped call takes, so no
-:class:`~agent_envs.trajectory.Step` is ever made.  Your own estimators without one get
-:class:`~agent_envs.trajectory.Trajectory` groups, built only then (``python bench/credit.py``
+:class:`~rubrics.trajectory.Step` is ever made.  Your own estimators without one get
+:class:`~rubrics.trajectory.Trajectory` groups, built only then (``python bench/credit.py``
 prints flat vs native times from 3,840 to 61,440 rows).
 
 Columns (one entry per row; only the first four are required):
@@ -68,7 +68,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit.base import (
     MAX_MAGNITUDE,
     CreditInputError,
@@ -192,7 +192,7 @@ class StepRows(StepColumns):
     read from that group's steps without making a batch-wide list.
 
     Example:
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> rows = StepRows.of_groups([[Trajectory("t", 3, [Step("s", "go", keys={"exact": 1}), Step("u", "look")])]])
         >>> rows.column("action"), rows.key_column("exact"), rows.traj_column("slot")
         (['go', 'look'], [1, None], [3])

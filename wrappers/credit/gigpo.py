@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graph import RowTable, segment_normalize
@@ -138,7 +138,7 @@ class GiGPO(Estimator):
             difflib ratio ≥ τ to a cluster's first key share its anchor group (module docstring).
 
     Example (state s0 shared, R = 10·0.95 = 9.5 for the winner, 0 for the loser):
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], success=True)
         >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")])
         >>> r = GiGPO(episode_weight=0.0)([[win, loss]])[0]

@@ -22,7 +22,7 @@ trajectory-major; :meth:`RowTable.split` / :meth:`RowTable.split_groups` turn pe
 back into one array per trajectory.
 
 Example:
-    >>> from agent_envs.trajectory import Step, Trajectory
+    >>> from rubrics.trajectory import Step, Trajectory
     >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], success=True)
     >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")])
     >>> g = TransitionGraph([win, loss])
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import CreditInputError
 from wrappers.credit.common import EPS, check_choice
 from wrappers.credit.similarity import check_similarity, cluster_texts
@@ -204,7 +204,7 @@ class StepColumns:
 
     Built from groups (:meth:`of_groups`; a column is read from the steps when first asked
     for) or directly from columns (:mod:`wrappers.credit.flat` builds it from an RL
-    library's flat rows without making any :class:`~agent_envs.trajectory.Step`).
+    library's flat rows without making any :class:`~rubrics.trajectory.Step`).
 
     Args:
         sizes: Trajectories per group.

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graph import (
@@ -160,7 +160,7 @@ def graphgpo_credit(group: Sequence[Trajectory], **params: Any) -> GraphCredit:
     instead (one vectorised pass).
 
     Example:
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], success=True)
         >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")])
         >>> c = graphgpo_credit([win, loss])
@@ -209,7 +209,7 @@ class GraphGPO(Estimator):
     character in 12, difflib ratio 22/24 ≈ 0.917; at τ = 0.9 they are one node, so the
     loser's first step lands next to success, D = 1 (R = 10·0.1 = 1) instead of in a state
     that cannot reach it, D = max 2 + 1 = 3 (R = 0.01); its dead end stays apart):
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("start", "a"), Step("hall, door 1", "b", reward=10.0)], success=True)
         >>> loss = Trajectory("t", 1, [Step("start", "c"), Step("hall, door 2", "d")])
         >>> [GraphGPO(similarity=tau)([[win, loss]])[0].shaped_rewards[1].round(4).tolist() for tau in (None, 0.9)]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice, normalize, task_norm
 from wrappers.credit.graph import RowTable
@@ -27,7 +27,7 @@ class GRPO(Estimator):
         episode_weight: Multiplier of the episode term.
 
     Example:
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> g = [Trajectory("t", 0, [Step("s", "a", reward=10.0)]), Trajectory("t", 1, [Step("s", "b")])]
         >>> [a.round(4).tolist() for a in GRPO()(([g]))[0].advantages]
         [[0.7071], [-0.7071]]

@@ -5,7 +5,7 @@ of pairwise preferences between decision rows of sibling trajectories (Match–L
 [MCGPO §3, App. A, Algorithm 1, Table 6]).  The trainer turns each
 :class:`~wrappers.credit.base.Preference` into c·softplus(−(d_θ(+) − d_θ(−))) [Eq. 6].
 
-Matching-key convention (what environments put on every :class:`~agent_envs.trajectory.Step`)
+Matching-key convention (what environments put on every :class:`~rubrics.trajectory.Step`)
 -------------------------------------------------------------------------------------------
 ::
 
@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import (
     CreditInputError,
     CreditResult,
@@ -648,7 +648,7 @@ def mcgpo_pairs(
 
     Example (one key, fold 0 rows take a / b at t = 1; fold 1 evidence: a wins, b loses;
     û = 1 − 0 = 1, n* = 1, c = 1·1/(1+2)·1 = 1/3):
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> def st(a, h="h"):
         ...     return Step("s", a, keys={"exact": h, "coarse": h, "signature": ((), ())})
         >>> g = [Trajectory("t", 0, [st("x", "start"), st("a")]),

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice
 from wrappers.credit.graph import (
@@ -408,7 +408,7 @@ class MileGPO(Estimator):
     ``CreditResult.shaped_rewards`` holds r^M.
 
     Example:
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], success=True)
         >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")])
         >>> est = MileGPO(preset="webshop")

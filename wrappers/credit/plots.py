@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.graph import SUCCESS, Terminal, TransitionGraph, graph_stats
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,7 +83,7 @@ def plot_graph(
         The Axes.
 
     Example:
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("s0", "a"), Step("s1", "b", reward=10.0)], success=True)
         >>> loss = Trajectory("t", 1, [Step("s0", "c"), Step("s2", "d")])
         >>> ax = plot_graph([win, loss])
@@ -224,7 +224,7 @@ def plot_credit_spectrum(
 
     Example:
         >>> from wrappers.credit.scpo import SCPO
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("s0", "go to desk 1", feedback="ok"),
         ...                           Step("s1", "take key 1", reward=10.0, feedback="ok")])
         >>> loss = Trajectory("t", 1, [Step("s0", "go to desk 1", feedback="ok"), Step("s2", "look", feedback="ok")])

@@ -11,7 +11,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.graph import RowTable
 
@@ -24,7 +24,7 @@ class RLOO(Estimator):
         episode_weight: Multiplier of the advantage.
 
     Example:
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> g = [Trajectory("t", i, [Step("s", "a", reward=r)]) for i, r in enumerate([10.0, 0.0, 0.0])]
         >>> [a.tolist() for a in RLOO()([g])[0].advantages]
         [[10.0], [-5.0], [-5.0]]

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.credit.base import CreditResult, Estimator, register_estimator
 from wrappers.credit.common import NORMS, check_choice, normalize
 from wrappers.credit.flat import StepRows
@@ -404,7 +404,7 @@ class SCPO(Estimator):
 
     Example (lexical scorer; the failed sibling repeats the winner's first step and earns
     credit (1 − 0.4)/(1 − 0.4) = 1 for it):
-        >>> from agent_envs.trajectory import Step, Trajectory
+        >>> from rubrics.trajectory import Step, Trajectory
         >>> win = Trajectory("t", 0, [Step("s0", "go to desk 1", feedback="You see a key."),
         ...                           Step("s1", "take key 1", reward=10.0, feedback="You take it.")])
         >>> loss = Trajectory("t", 1, [Step("s0", "go to desk 1", feedback="You see a key."),

@@ -4,9 +4,9 @@ RL libraries drive agents with text: a user message in, a model response out.
 :class:`TextEpisode` wraps any rubricgym Gymnasium environment (or anything with the same
 ``reset``/``step`` and ``info`` conventions): it renders the decision prompt (SPEC §7, the
 wording of :func:`agent_envs.agent.prompts.build_prompt`), parses the response into an action, steps
-the environment and records every decision as a :class:`~agent_envs.trajectory.Step` (via
-:func:`~agent_envs.trajectory.step_from_info`, the rollouts' own builder), so the finished
-episode is a :class:`~agent_envs.trajectory.Trajectory` that every credit estimator takes.
+the environment and records every decision as a :class:`~rubrics.trajectory.Step` (via
+:func:`~rubrics.trajectory.step_from_info`, the rollouts' own builder), so the finished
+episode is a :class:`~rubrics.trajectory.Trajectory` that every credit estimator takes.
 
 Imports no RL library, torch or engine (the environment imports its engine when made).
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_envs.agent.prompts import STYLES, build_prompt, reply_action
-from agent_envs.trajectory import Step, Trajectory, hashable, step_from_info
+from rubrics.trajectory import Step, Trajectory, hashable, step_from_info
 
 __all__ = [
     "EpisodePool",

@@ -24,7 +24,7 @@ model's chat template; :meth:`RubricAgent.step` parses the response's ``<action>
 steps the environment and returns the step reward and the next user turn as the
 environment feedback.  OpenRLHF sums the step rewards into the sample's reward: its
 advantage estimators are a fixed list (no registry), so the credit is outcome-level.  The
-decisions are recorded as :class:`~agent_envs.trajectory.Step` objects
+decisions are recorded as :class:`~rubrics.trajectory.Step` objects
 (``RubricAgent.episode.steps``; :attr:`AgentExecutor.last_trajectories` keeps the finished
 episodes of the process, those OpenRLHF cut short at its token budget as truncated) for
 step-level credit with rubricgym's estimators.
@@ -41,7 +41,7 @@ from typing import Any
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from agent_envs.agent.chat import chat_next_turn, chat_start
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.integrations.episode import (
     EpisodePool,
     TextEpisode,

@@ -16,7 +16,7 @@ given (50 where neither is); the environment's own horizon also ends an episode.
 ``init`` ignores the dataset prompt and returns the environment's first decision prompt;
 ``step`` parses ``<action>…</action>``, steps the environment and returns the next decision
 prompt as the new user message.  Every decision is recorded as a
-:class:`~agent_envs.trajectory.Step` (``env.steps``; also ``metadata["step"]``), so
+:class:`~rubrics.trajectory.Step` (``env.steps``; also ``metadata["step"]``), so
 :meth:`RubricTextEnv.trajectory` hands a finished episode to any rubricgym estimator.
 
 Credit in SkyRL: its ``AdvantageEstimatorRegistry.register(name, fn)`` passes an estimator
@@ -52,7 +52,7 @@ from typing import Any
 import skyrl_gym
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from agent_envs.trajectory import Step, Trajectory
+from rubrics.trajectory import Step, Trajectory
 from wrappers.integrations.episode import TextEpisode
 
 __all__ = ["ENV_CLASS", "RubricTextEnv", "register"]

@@ -17,7 +17,7 @@ What this does not give: step-level credit.  TRL's loss takes one advantage per 
 here, so GiGPO, GraphGPO, MileGPO, SCPO and MCGPO need
 :mod:`wrappers.integrations.trl_grpo` (``rollout_func`` plus per-token advantages, on TRL's
 private loss, pinned to TRL 1.16).  The scored episodes are kept as
-:class:`~agent_envs.trajectory.Trajectory` objects (:meth:`RubricEnvironments.pop_trajectories`)
+:class:`~rubrics.trajectory.Trajectory` objects (:meth:`RubricEnvironments.pop_trajectories`)
 for logging or offline credit.
 
 Imports no TRL, torch or engine: the contract is duck-typed (TRL reads the class's methods).
@@ -47,7 +47,7 @@ from typing import Any
 
 from agent_envs.agent.prompts import build_prompt
 from agent_envs.agent.tools import TOOL_INSTRUCTION, call_to_action, kinds_of, tool_result
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.integrations.episode import TextEpisode
 
 __all__ = ["ALFWorldTools", "RubricEnvironments", "RubricToolEnv", "WebShopTools", "tool_task_dataset"]

@@ -9,7 +9,7 @@ Install: ``pip install "rubricgym[trl]"`` (TRL 1.16; the trainer relies on TRL's
   (``env_mask`` 1) interleaved with the environment's next decision prompts in the chat
   template (``env_mask`` 0, so no loss there).  Responses come from the trainer's own
   generation (``transformers.generate`` or vLLM, whatever the config selects).  The episode's
-  decisions travel with the sample as :class:`~agent_envs.trajectory.Trajectory` objects.
+  decisions travel with the sample as :class:`~rubrics.trajectory.Trajectory` objects.
 * :class:`RubricGRPOTrainer` is a ``GRPOTrainer`` whose advantages come from any rubricgym
   estimator (``"gigpo"``, ``"graphgpo"``, ``"mcgpo"``'s advantages, ...): the
   ``num_generations`` samples of a prompt are a sibling group, and each response token gets
@@ -40,7 +40,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from agent_envs.agent.chat import chat_next_turn, chat_start
-from agent_envs.trajectory import Trajectory
+from rubrics.trajectory import Trajectory
 from wrappers.credit.base import Estimator, get_estimator
 from wrappers.integrations.episode import (
     ActionParser,

@@ -2,7 +2,9 @@
 
 Everything downstream of an environment speaks this small vocabulary, so that the
 credit estimators in :mod:`wrappers.credit` can be fed from any RL library without
-importing torch or a game engine.
+importing torch, Gymnasium or a game engine.  It lives in the bottom layer (``rubrics``),
+below the environments that produce it (``agent_envs``, which re-exports it) and the
+estimators that read it.
 
 Trajectories round-trip through JSON Lines (one trajectory per line).  Keys are often
 tuples or frozensets (matching keys, rubric signatures); :func:`save_jsonl` encodes them
