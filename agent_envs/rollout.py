@@ -88,8 +88,10 @@ class Turn:
 
 
 #: What a policy answers for one turn: the action string, or ``(action, extra)`` where
-#: ``extra`` (JSON-encodable) is stored on the step as ``Step.extra`` (e.g. the model's response).
-Decision = str | tuple[str, Mapping[str, Any]]
+#: ``extra`` (JSON-encodable) is stored on the step as ``Step.extra`` (e.g. the model's response),
+#: or ``None``: the policy ends the episode here, without a step (the trajectory is marked
+#: truncated; e.g. a replayed walkthrough that is over).
+Decision = str | tuple[str, Mapping[str, Any]] | None
 
 #: A batched policy: one :data:`Decision` per turn, in order.
 Policy = Callable[[Sequence[Turn]], Sequence[Decision]]
@@ -159,7 +161,8 @@ class GroupRunner:
 
     It is the one episode loop of the project: the trainer (``trainers.lm_policy``) plays its
     rollouts and evaluations through it with a language-model policy, the arena
-    (``trainers.arena.runner``) with its linear softmax policy.  :meth:`run` and :meth:`arun`
+    (``trainers.arena.runner``) with its linear softmax policy, and both warm starts replay
+    their walkthroughs through it (:class:`~agent_envs.agent.walkthrough.WalkthroughReplay`).  :meth:`run` and :meth:`arun`
     share how episodes start, advance and end (``_plan_resets``, ``_Episode.advance``,
     ``_groups``); they differ only in who waits for whom.
 
@@ -243,11 +246,15 @@ class GroupRunner:
             t0 = time.perf_counter()
             actions, extras = _split_decisions(policy(turns), len(live))
             t1 = time.perf_counter()
-            results = self._hosts.call("step", [(e.env_index, a) for e, a in zip(live, actions)])
+            moves = [(e, turn, a, x) for e, turn, a, x in zip(live, turns, actions, extras) if a is not None]
+            for e, a in zip(live, actions):
+                if a is None:  # the policy ended this episode
+                    e.done = e.truncated = True
+            results = self._hosts.call("step", [(e.env_index, a) for e, _turn, a, _x in moves]) if moves else []
             self.stats["policy_s"] += t1 - t0
             self.stats["env_s"] += time.perf_counter() - t1
-            self.stats["decisions"] += len(live)
-            for e, turn, action, extra, result in zip(live, turns, actions, extras, results):
+            self.stats["decisions"] += len(moves)
+            for (e, turn, action, extra), result in zip(moves, results):
                 e.advance(turn, action, extra, result, on_step)
             t += 1
         return _groups(episodes, len(resets) // group_size)
@@ -300,6 +307,9 @@ class GroupRunner:
             turn = e.turn(t)
             t0 = time.perf_counter()
             (action,), (extra,) = _split_decisions([await policy(turn)], 1)
+            if action is None:  # the policy ended this episode
+                e.done = e.truncated = True
+                break
             t1 = time.perf_counter()
             result = await self._hosts.astep(e.env_index, action)
             self.stats["policy_s"] += t1 - t0
@@ -331,17 +341,18 @@ class GroupRunner:
                     )
 
 
-def _split_decisions(decisions: Sequence[Decision], n: int) -> tuple[list[str], list[dict[str, Any] | None]]:
-    """Actions and extras of a policy's answers; a clear error for anything else."""
+def _split_decisions(decisions: Sequence[Decision], n: int) -> tuple[list[str | None], list[dict[str, Any] | None]]:
+    """Actions and extras of a policy's answers (``None``: end the episode); a clear error
+    for anything else."""
     decisions = list(decisions)
     if len(decisions) != n:
         raise ValueError(f"the policy returned {len(decisions)} actions for {n} turns")
-    actions: list[str] = []
+    actions: list[str | None] = []
     extras: list[dict[str, Any] | None] = []
     for d in decisions:
         action, extra = (d[0], dict(d[1])) if isinstance(d, tuple) and len(d) == 2 and isinstance(d[1], Mapping) else (d, None)
-        if not isinstance(action, str):
-            raise TypeError(f"the policy must return str actions or (str, dict) pairs, got {type(d).__name__}")
+        if not isinstance(action, str) and d is not None:
+            raise TypeError(f"the policy must return str actions, (str, dict) pairs or None, got {type(d).__name__}")
         actions.append(action)
         extras.append(extra)
     return actions, extras

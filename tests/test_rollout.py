@@ -100,6 +100,53 @@ def test_any_environment_factory_works():
     assert trajs[0].steps[0].keys == {} and trajs[0].steps[-1].next_state_key == "3"
 
 
+def test_a_policy_ends_an_episode_with_none_without_a_step():
+    """``None`` ends that episode there (truncated, no step); its siblings play on, in lock
+    step (``run``) and on their own (``arun``), with the same trajectories."""
+    import asyncio
+
+    def stop_slot_1_after_one(turn):
+        return None if (turn.slot == 1 and turn.t == 1) else "up"
+
+    with GroupRunner(CountTo) as runner:
+        sync = runner.run([0], lambda turns: [stop_slot_1_after_one(t) for t in turns], group_size=2)
+        assert runner.stats["decisions"] == 3 + 1  # slot 0 counts 0 -> 3; slot 1 made one step
+
+        async def policy(turn):
+            return stop_slot_1_after_one(turn)
+
+        asynced = asyncio.run(runner.arun([0], policy, group_size=2))
+    for trajs in (sync, asynced):
+        done, cut = trajs[0]
+        assert [s.state_key for s in done.steps] == ["0", "1", "2"] and [s.reward for s in done.steps] == [0, 0, 1]
+        assert not done.truncated
+        assert [s.state_key for s in cut.steps] == ["0"] and cut.truncated and cut.outcome == 0.0
+    with pytest.raises(TypeError, match="or None"):
+        rollout_group(CountTo, 0, lambda turns: [(None, {}) for _ in turns], group_size=1)
+
+
+def test_walkthrough_replay_wins_every_generated_game_and_keeps_its_decisions():
+    from agent_envs.agent.walkthrough import WalkthroughReplay
+    from agent_envs.alfworld.data import task_walkthrough
+
+    kwargs = {"split": "generated", "generated_n": 12}
+    with GroupRunner("ALFWorld-Rubric-v0", kwargs) as runner:
+        replay = WalkthroughReplay()
+        trajs = [g[0] for g in runner.run([0, 1, 2], replay, group_size=1, seeds=0, options={"split": "generated"})]
+        assert all(t.success and not t.truncated for t in trajs)
+        plans = [task_walkthrough(d.first_info) for d in replay.decisions if d.turn.t == 0]
+        assert [[s.action for s in t.steps] for t in trajs] == plans
+        assert len(replay.decisions) == sum(map(len, plans))
+        assert all(d.actions[d.index] == plans[d.turn.group][d.turn.t] for d in replay.decisions)
+        # a cap, and a walkthrough whose next action is not admissible, end the replay early
+        capped = WalkthroughReplay(max_steps=2)
+        (short,), = runner.run([0], capped, group_size=1, seeds=0, options={"split": "generated"})
+        assert len(short.steps) == 2 and short.truncated and len(capped.decisions) == 2
+        refused = WalkthroughReplay(admissible=lambda turn: ["look"])
+        (none,), = runner.run([0], refused, group_size=1, seeds=0, options={"split": "generated"})
+        assert none.steps == [] and none.truncated and refused.decisions == []
+
+
 def test_bad_arguments_and_policies():
     with pytest.raises(ValueError, match="task or a seed"):
         rollout_group(CountTo, None, per_episode(lambda o, i: "up"), group_size=2)

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent_envs.alfworld.data import task_walkthrough
-from agent_envs.rollout import EnvPool
+from agent_envs.agent.walkthrough import WalkthroughReplay
+from agent_envs.rollout import EnvPool, GroupRunner
 from trainers.generation import choice_logprobs
 from trainers.lm_policy import RolloutSettings, RowTokens, TaskRef, candidate_ids, decision_prompt
 from trainers.objective import pack_rows, sequence_logprobs
@@ -50,45 +50,28 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
     """Replay the stored walkthrough of each task; one row per expert decision, in task order.
 
     A walkthrough is followed while its actions are admissible and the episode runs (at most
-    ``settings.max_steps`` decisions); tasks without one (e.g. WebShop goals) add no rows.
+    ``settings.max_steps`` decisions), through the one episode loop
+    (:class:`~agent_envs.rollout.GroupRunner` with :class:`~agent_envs.agent.walkthrough.WalkthroughReplay`);
+    tasks without one (e.g. WebShop goals) add no rows.
 
     Raises:
         ValueError: none of ``tasks`` has a walkthrough.
     """
     keyed: list[tuple[int, int, ExpertRow]] = []
+    runner = GroupRunner(pool)
     for s in range(0, len(tasks), pool.n):
         chunk = list(tasks[s:s + pool.n])
-        reqs = [(k, ref.seed, {"task": ref.task, **({"split": ref.split} if ref.split is not None else {})})
-                for k, ref in enumerate(chunk)]
-        live = []
-        for k, (obs, info) in enumerate(pool.reset(reqs)):
-            goal = str((info.get("task") or {}).get("goal", ""))
-            live.append({"slot": k, "obs": str(obs), "info": info, "goal": goal, "history": [],
-                         "plan": task_walkthrough(info)})
-        for _turn in range(settings.max_steps):
-            moves = []
-            for ep in live:
-                t = len(ep["history"])
-                if ep.get("done") or t >= len(ep["plan"]):
-                    continue
-                action = ep["plan"][t]
-                admissible = [str(a) for a in ep["info"].get("admissible_actions") or []]
-                if action not in admissible:
-                    log.warning("warm start: walkthrough action %r of task %r is not admissible; stopping that replay",
-                                action, ep["info"].get("task", {}).get("id"))
-                    ep["done"] = True
-                    continue
-                prompt = decision_prompt(tokenizer, ep["goal"], ep["obs"], ep["info"], ep["history"], settings)
-                cands = candidate_ids(tokenizer, admissible, ep["goal"])
-                chosen = admissible.index(action)
-                keyed.append((s + ep["slot"], t, ExpertRow(prompt, cands[chosen], cands, chosen)))
-                moves.append((ep, action))
-            if not moves:
-                break
-            for (ep, action), (obs, _r, term, trunc, info) in zip(moves, pool.step([(ep["slot"], a) for ep, a in moves])):
-                ep["history"].append((ep["obs"], action))
-                ep["obs"], ep["info"] = str(obs), info
-                ep["done"] = bool(term or trunc)
+        for split in dict.fromkeys(ref.split for ref in chunk):  # one run per split (in practice one)
+            picked = [k for k, ref in enumerate(chunk) if ref.split == split]
+            replay = WalkthroughReplay(max_steps=settings.max_steps)
+            runner.run([chunk[k].task for k in picked], replay, group_size=1, seeds=[chunk[k].seed for k in picked],
+                       options={"split": split} if split is not None else None)
+            for d in replay.decisions:
+                goal = str((d.first_info.get("task") or {}).get("goal", ""))
+                history = [(str(o), a) for o, a in d.turn.history]
+                prompt = decision_prompt(tokenizer, goal, str(d.turn.observation), d.turn.info, history, settings)
+                cands = candidate_ids(tokenizer, d.actions, goal)
+                keyed.append((s + picked[d.turn.group], d.turn.t, ExpertRow(prompt, cands[d.index], cands, d.index)))
     rows = [row for _task, _t, row in sorted(keyed, key=lambda x: x[:2])]
     if not rows:
         raise ValueError(f"warm start: none of the {len(tasks)} training tasks has a stored walkthrough "

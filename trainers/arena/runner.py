@@ -50,7 +50,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
-from agent_envs.alfworld.data import task_walkthrough
+from agent_envs.agent.walkthrough import WalkthroughReplay
 from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
 from agent_envs.tasks import select_tasks, train_val_tasks
 from rubrics.trajectory import Trajectory
@@ -420,7 +420,7 @@ def arena_envs(cfg: ArenaConfig) -> EnvPool:
 
 
 def make_arena_env(cfg: ArenaConfig) -> Any:
-    """Environment 0 of :func:`arena_envs` (for the task lists and the warm start's replays)."""
+    """Environment 0 of :func:`arena_envs` (for the task lists)."""
     pool = arena_envs(cfg)
     if 0 not in pool.local:  # an in-process pool makes its environments on first use
         pool.local[0] = pool.env()
@@ -690,44 +690,47 @@ def _aggregate_credit(results: Sequence[Any]) -> dict[str, float]:
 # ------------------------------------------------------------------------------- warm start
 
 
+def _expanded_actions(turn: Turn) -> list[str]:
+    """The actions the arena policy chooses among at ``turn`` (:func:`expand_actions`)."""
+    goal = str((turn.info.get("task") or {}).get("goal", ""))
+    return expand_actions(turn.info.get("admissible_actions") or [], goal)
+
+
 def warm_start(
     policy: LinearSoftmaxPolicy,
-    env: Any,
+    envs: EnvPool,
     cfg: ArenaConfig,
     tasks: Sequence[Any],
     featurizer: Featurizer,
 ) -> dict[str, float]:
     """Behaviour cloning on the walkthroughs of ``tasks`` (the arena's "SFT" step).
 
-    Each walkthrough is replayed in the environment; every decision becomes a row whose
-    target is the walkthrough's action, and the policy maximises their mean log-likelihood
-    for ``cfg.warm_start_epochs`` passes of Adam mini-batches.  Deterministic (fixed
-    order, no sampling), so every method and seed of a comparison starts from the same
-    policy.
+    Each walkthrough is replayed in the environments through the one episode loop
+    (:class:`~agent_envs.agent.walkthrough.WalkthroughReplay`, ``cfg.group_size`` tasks at a
+    time); every decision becomes a row whose target is the walkthrough's action, and the
+    policy maximises their mean log-likelihood for ``cfg.warm_start_epochs`` passes of Adam
+    mini-batches.  Deterministic (fixed order, no sampling), so every method and seed of a
+    comparison starts from the same policy.
 
     Raises:
         ValueError: none of ``tasks`` has a walkthrough (e.g. WebShop).
     """
-    preset = cfg.preset
-    decisions: list[DecisionFeatures] = []
-    chosen: list[int] = []
-    for task in tasks:
-        obs, info = env.reset(seed=0, options={"task": task, "split": preset.train_split})
-        goal = str((info.get("task") or {}).get("goal", ""))
-        task_type = str((info.get("task") or {}).get("type", "-"))
-        history: list[str] = []
-        for action in task_walkthrough(info):
-            actions = expand_actions(info.get("admissible_actions") or [], goal)
-            if action not in actions:
-                break
-            decisions.append(featurizer.decision(goal=goal, task_type=task_type, observation=str(obs),
-                                                 actions=actions, rubric=info.get("rubric"), history=history,
-                                                 task=info.get("task")))
-            chosen.append(actions.index(action))
-            obs, _, term, trunc, info = env.step(action)
-            history.append(action)
-            if term or trunc:
-                break
+    keyed: list[tuple[int, int, DecisionFeatures, int]] = []
+    runner = GroupRunner(envs)
+    for s in range(0, len(tasks), cfg.group_size):
+        replay = WalkthroughReplay(_expanded_actions)
+        runner.run(list(tasks[s:s + cfg.group_size]), replay, group_size=1, seeds=0,
+                   options={"split": cfg.preset.train_split})
+        for d in replay.decisions:
+            task = d.first_info.get("task") or {}
+            decision = featurizer.decision(
+                goal=str(task.get("goal", "")), task_type=str(task.get("type", "-")),
+                observation=str(d.turn.observation), actions=d.actions, rubric=d.turn.info.get("rubric"),
+                history=[action for _obs, action in d.turn.history], task=d.turn.info.get("task"))
+            keyed.append((s + d.turn.group, d.turn.t, decision, d.index))
+    keyed.sort(key=lambda row: row[:2])  # task order, then step
+    decisions = [row[2] for row in keyed]
+    chosen = [row[3] for row in keyed]
     if not decisions:
         raise ValueError(f"warm_start: no walkthrough found for the {len(tasks)} training tasks of {cfg.env}")
     opt = Adam(policy.dim, lr=cfg.warm_start_lr)
@@ -834,7 +837,7 @@ def _warm_started(policy: LinearSoftmaxPolicy, env: Any, cfg: ArenaConfig, featu
     key = _setting_key(cfg)
     hit = _warm_starts.get(key)
     if hit is None:
-        stats = warm_start(policy, env, cfg, warm_start_tasks(env, cfg), featurizer)
+        stats = warm_start(policy, arena_envs(cfg), cfg, warm_start_tasks(env, cfg), featurizer)
         hit = _keep(_warm_starts, key, (policy.weights.copy(), stats))
     policy.weights[:] = hit[0]
     return dict(hit[1])

@@ -1,0 +1,92 @@
+"""The expert agent: a :class:`~agent_envs.rollout.GroupRunner` policy that replays stored
+walkthroughs.
+
+ALFWorld games store their expert action list (:func:`agent_envs.alfworld.data.task_walkthrough`).
+:class:`WalkthroughReplay` plays it through the one episode loop, and keeps every decision
+it made — which is what behaviour cloning learns from (the trainer's
+:mod:`trainers.warm_start` and the arena's warm start).
+
+Example (a task without a walkthrough ends at once, and nothing is recorded):
+    >>> from agent_envs.rollout import Turn
+    >>> replay = WalkthroughReplay()
+    >>> replay([Turn(0, 0, 0, "You are in a room.", {"task": {"id": 3}, "admissible_actions": ["look"]})])
+    [None]
+    >>> replay.decisions
+    []
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_envs.alfworld.data import task_walkthrough
+from agent_envs.rollout import Turn
+
+__all__ = ["ExpertDecision", "WalkthroughReplay"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExpertDecision:
+    """One decision of a replayed walkthrough.
+
+    Attributes:
+        turn: What the policy saw (observation, ``info``, history).
+        actions: The actions it chose among (``admissible(turn)``).
+        index: The walkthrough's action's position in ``actions``.
+        first_info: The episode's ``info`` after ``reset`` (its task).
+    """
+
+    turn: Turn
+    actions: list[str]
+    index: int
+    first_info: Any
+
+
+def _admissible(turn: Turn) -> list[str]:
+    return [str(a) for a in turn.info.get("admissible_actions") or []]
+
+
+class WalkthroughReplay:
+    """Replays each episode's stored walkthrough while its next action is admissible.
+
+    Answers ``None`` (the episode ends there, :data:`~agent_envs.rollout.Decision`) once the
+    walkthrough is over, after ``max_steps`` decisions, or when its next action is not among
+    ``admissible(turn)`` (logged as a warning).
+
+    Args:
+        admissible: The actions of a turn to choose among (default: ``info["admissible_actions"]``).
+        max_steps: Most decisions per episode (``None``: the walkthrough's length).
+
+    Attributes:
+        decisions: Every decision made, in the order the policy made them
+            (:class:`ExpertDecision`; sort by ``(turn.group, turn.slot, turn.t)`` for task order).
+    """
+
+    def __init__(self, admissible: Callable[[Turn], list[str]] | None = None, max_steps: int | None = None) -> None:
+        self.admissible = admissible or _admissible
+        self.max_steps = max_steps
+        self.decisions: list[ExpertDecision] = []
+        self._plans: dict[tuple[int, int], tuple[list[str], Any]] = {}
+
+    def __call__(self, turns: Sequence[Turn]) -> list[str | None]:
+        return [self._next(turn) for turn in turns]
+
+    def _next(self, turn: Turn) -> str | None:
+        key = (turn.group, turn.slot)
+        if turn.t == 0:
+            self._plans[key] = (task_walkthrough(turn.info), turn.info)
+        plan, first_info = self._plans[key]
+        if turn.t >= len(plan) or (self.max_steps is not None and turn.t >= self.max_steps):
+            return None
+        action, actions = plan[turn.t], self.admissible(turn)
+        if action not in actions:
+            log.warning("walkthrough action %r of task %r is not admissible; stopping that replay",
+                        action, (first_info.get("task") or {}).get("id"))
+            return None
+        self.decisions.append(ExpertDecision(turn, actions, actions.index(action), first_info))
+        return action
