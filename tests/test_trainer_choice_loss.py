@@ -46,13 +46,13 @@ def trainer(tmp_path):
 
 def _choice_probs(trainer) -> torch.Tensor:
     with torch.no_grad():
-        s = score_candidates(trainer.unwrapped, [PROMPT], [CANDS], pad_id=trainer.tokenizer.pad_token_id)[0]
+        s = score_candidates(trainer.policy.unwrapped, [PROMPT], [CANDS], pad_id=trainer.policy.tokenizer.pad_token_id)[0]
     return torch.softmax(s.double() / trainer.cfg.temperature, dim=0)
 
 
 def test_choice_logprob_and_entropy_are_those_of_the_choose_policy(trainer):
     rows = [TrainRow(PROMPT, CANDS[j], 0.0, 0, 0, 0, CANDS, j) for j in range(len(CANDS))]
-    logp, ent = trainer._choice_logprobs(trainer.unwrapped, rows, with_entropy=True)
+    logp, ent = trainer.policy.choice_logprobs(trainer.policy.unwrapped, rows, with_entropy=True)
     p = _choice_probs(trainer)  # softmax(score / T) with T = 0.7, as the rollouts sample
     assert logp.shape == (4, 1) and ent.shape == (4, 1)
     assert torch.allclose(logp[:, 0].double(), p.log(), atol=1e-4)
@@ -60,9 +60,9 @@ def test_choice_logprob_and_entropy_are_those_of_the_choose_policy(trainer):
     assert torch.allclose(logp.exp().sum().double(), torch.tensor(1.0, dtype=torch.float64), atol=1e-4)
     # a generated decision (no candidate set) cannot be trained on its choice: a clear error
     with pytest.raises(ValueError, match="rl_loss='tokens'"):
-        trainer._choice_logprobs(trainer.unwrapped, [TrainRow(PROMPT, CANDS[0], 1.0, 0, 0, 0)], with_entropy=False)
+        trainer.policy.choice_logprobs(trainer.policy.unwrapped, [TrainRow(PROMPT, CANDS[0], 1.0, 0, 0, 0)], with_entropy=False)
     # the no-grad path (old / reference log-probs) gives the same numbers
-    old = trainer._logprobs(rows, reference=False)
+    old = trainer.policy.logprobs(rows, reference=False)
     assert [v.shape for v in old] == [(1,)] * 4
     assert torch.allclose(torch.cat(old), logp[:, 0].detach(), atol=1e-5)
 
@@ -87,7 +87,7 @@ def test_one_update_moves_the_chosen_actions_probability_with_its_advantage(trai
 def test_rollout_rows_carry_the_scored_candidates_and_the_choice(trainer):
     settings = RolloutSettings.from_config(trainer.cfg)
     tasks = [TaskRef(t, "train", 100 + k) for k, t in enumerate(trainer.train_task_ids[:2])]
-    result = collect_rollouts(trainer.unwrapped, trainer.tokenizer, None, trainer.pool, tasks, 2, settings)
+    result = collect_rollouts(trainer.policy.unwrapped, trainer.policy.tokenizer, None, trainer.pool, tasks, 2, settings)
     n = 0
     for group in result.rows:
         for traj in group:
@@ -126,7 +126,7 @@ def test_auto_is_the_choice_loss_in_choose_mode_only(tmp_path, mode, expected):
     ov = [*BASE, f"output_dir={tmp_path}", f"run_name={mode}", f"action_mode={mode}", "rl_loss=auto", "prompt_style=action_only"]
     t = Trainer(load_config("demo", ov))
     t.pool.close()
-    assert t.rl_loss == expected
+    assert t.policy.loss_unit == expected
 
 
 # --- trainable_layers ---------------------------------------------------------------------
@@ -135,18 +135,18 @@ def test_an_update_changes_only_the_top_block_and_the_final_norm(tmp_path):
     t = Trainer(load_config("demo", [*BASE, f"output_dir={tmp_path}", "run_name=top1", "trainable_layers=1", "kl_coef=0.1",
                                      "learning_rate=1e-2"]))
     try:
-        before = {k: v.detach().clone() for k, v in t.unwrapped.named_parameters()}
+        before = {k: v.detach().clone() for k, v in t.policy.unwrapped.named_parameters()}
         cands = [[3, 7, 2], [3, 8, 2], [30, 2]]
         rows = [TrainRow([5, 17, 23], cands[j], a, 0, 0, 0, cands, j) for j, a in ((0, 1.0), (2, -1.0))]
         t.optimize(rows, [], update=0)
-        changed = {k for k, v in t.unwrapped.named_parameters() if not torch.equal(v, before[k])}
+        changed = {k for k, v in t.policy.unwrapped.named_parameters() if not torch.equal(v, before[k])}
         # tiny-llama has 2 blocks: block 1 and the final norm train; embeddings (tied head) and block 0 do not
         assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed), sorted(changed)
         assert any(k.startswith("model.layers.1.") for k in changed)
         # only trainable weights are optimised, and the KL reference is a full frozen copy
-        n_opt = sum(p.numel() for g in t.optimizer.param_groups for p in g["params"])
-        assert n_opt == sum(p.numel() for p in t.unwrapped.parameters() if p.requires_grad)
-        assert not any(p.requires_grad for p in t.ref_model.parameters())
+        n_opt = sum(p.numel() for g in t.policy.optimizer.param_groups for p in g["params"])
+        assert n_opt == sum(p.numel() for p in t.policy.unwrapped.parameters() if p.requires_grad)
+        assert not any(p.requires_grad for p in t.policy.ref_model.parameters())
     finally:
         t.pool.close()
 

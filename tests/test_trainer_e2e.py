@@ -93,7 +93,7 @@ def test_one_update_generate_mode_webshop_with_lora(tmp_path):
                                                           "estimator=grpo", "env_workers=2"]))
     trainer = Trainer(cfg)
     assert trainer.pool.timeout == cfg.env_timeout == 600.0  # a worker that never answers stops the run
-    before = {k: v.clone() for k, v in trainer.unwrapped.named_parameters() if "lora_B" in k}
+    before = {k: v.clone() for k, v in trainer.policy.unwrapped.named_parameters() if "lora_B" in k}
     summary = trainer.train()
     trajs = _check_run(Path(summary["run_dir"]), cfg)
     # a random tiny model writes no <action> block: those steps are invalid, with the penalty
@@ -101,7 +101,7 @@ def test_one_update_generate_mode_webshop_with_lora(tmp_path):
         for s in t.steps:
             if "<action>" not in s.extra["response"].lower():
                 assert not s.valid and s.penalty == pytest.approx(-0.1)
-    after = dict(trainer.unwrapped.named_parameters())
+    after = dict(trainer.policy.unwrapped.named_parameters())
     assert any(not torch.equal(before[k], after[k]) for k in before)  # the adapters trained
     assert (Path(summary["run_dir"]) / "policy" / "adapter_config.json").is_file()
 
@@ -213,9 +213,9 @@ def test_one_update_on_generated_alfworld(tmp_path, mode):
     rl_loss = "choice" if mode == "choose" else "tokens"
     assert summary["rl_loss"] == rl_loss and f"rl_loss {rl_loss})" in (Path(summary["run_dir"]) / "summary.txt").read_text()
     if mode == "choose":
-        assert trainer.rollout_model is not None and next(trainer.rollout_model.parameters()).dtype == torch.bfloat16
+        assert trainer.policy.rollout_model is not None and next(trainer.policy.rollout_model.parameters()).dtype == torch.bfloat16
         # the rollout copy holds the trained weights (rounded to bf16) after the update
-        for a, b in zip(trainer.rollout_model.parameters(), trainer.unwrapped.parameters()):
+        for a, b in zip(trainer.policy.rollout_model.parameters(), trainer.policy.unwrapped.parameters()):
             assert torch.equal(a, b.detach().to(torch.bfloat16))
         train = next(r for r in read_metrics(summary["run_dir"]) if r["phase"] == "train")
         assert train["opt/rows"] <= 5

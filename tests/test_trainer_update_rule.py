@@ -53,8 +53,8 @@ ADV = [1.5, -0.7, 0.3, -2.0, 0.9, 0.0]
 
 def _choice_logsm(t: Trainer, rows: list[TrainRow]) -> list[torch.Tensor]:
     with torch.no_grad():
-        scores = score_candidates(t.unwrapped, [r.prompt_ids for r in rows], [r.candidates for r in rows],
-                                  pad_id=t.tokenizer.pad_token_id)
+        scores = score_candidates(t.policy.unwrapped, [r.prompt_ids for r in rows], [r.candidates for r in rows],
+                                  pad_id=t.policy.tokenizer.pad_token_id)
     return [torch.log_softmax(s.double() / t.cfg.temperature, dim=0) for s in scores]
 
 
@@ -64,15 +64,15 @@ def test_all_zero_advantages_leave_the_weights_bit_identical(tmp_path, mode):
     t = _trainer(tmp_path, f"zero-{mode}", *extra)
     try:
         loss = "choice" if mode == "choose" else "tokens"
-        before = weights_digest(t.unwrapped)
+        before = weights_digest(t.policy.unwrapped)
         # float noise of 1e-19 counts as 0 too (Adam would turn it into full steps)
         stats = t.optimize(_rows([0.0, 1e-19, -1e-12, 0.0], loss), [], update=0)
-        assert weights_digest(t.unwrapped) == before
+        assert weights_digest(t.policy.unwrapped) == before
         assert stats["delta_norm"] == 0.0 and stats["kl"] == 0.0 and stats["adv_rms_scaled"] == 0.0
         assert stats["epochs_run"] == t.cfg.ppo_epochs  # nothing stopped it: it just had nothing to do
         # the control: the same rows with a signal do move the weights
         t.optimize(_rows([1.0, -1.0, 0.5, 0.0], loss), [], update=1)
-        assert weights_digest(t.unwrapped) != before
+        assert weights_digest(t.policy.unwrapped) != before
     finally:
         t.pool.close()
 
@@ -100,9 +100,9 @@ def test_kl_of_token_updates_stays_within_the_trust_region(tmp_path):
                  "max_grad_norm=0", "target_kl=0.02", "kl_coef=0.0")
     try:
         rows = _rows(ADV, "tokens")
-        old = t._logprobs(rows, reference=False)
+        old = t.policy.logprobs(rows, reference=False)
         stats = t.optimize(rows, [], update=0)
-        total, n = k3_token_kl(old, t._logprobs(rows, reference=False))
+        total, n = k3_token_kl(old, t.policy.logprobs(rows, reference=False))
         assert stats["backtracks"] >= 1 and 0.0 < total / n <= 0.02
         assert stats["kl"] == pytest.approx(total / n, rel=1e-3)
     finally:
@@ -114,7 +114,7 @@ def _weights_after(tmp_path, name: str, scale: float, *extra: str) -> dict[str, 
     try:
         for u, advs in enumerate((ADV, [-a for a in ADV[::-1]])):
             t.optimize(_rows([scale * a for a in advs]), [], update=u)
-        return {k: v.detach().clone() for k, v in t.unwrapped.named_parameters()}
+        return {k: v.detach().clone() for k, v in t.policy.unwrapped.named_parameters()}
     finally:
         t.pool.close()
 

@@ -130,12 +130,12 @@ def test_trainer_warm_start_runs_before_the_first_update_and_is_reported(tmp_pat
           "warm_start_tasks=3", "warm_start_epochs=2", "warm_start_lr=1e-3", "kl_coef=0.01",
           "trainable_layers=0", "eval_train_games=false"]
     trainer = Trainer(load_config("demo", ov))
-    before = [p.detach().clone() for p in trainer.ref_model.parameters()]
+    before = [p.detach().clone() for p in trainer.policy.ref_model.parameters()]
     trainer.warm_start()
     # the KL reference is now the warm-started policy (it was the initial one)
-    for r, p, b in zip(trainer.ref_model.parameters(), trainer.unwrapped.parameters(), before):
+    for r, p, b in zip(trainer.policy.ref_model.parameters(), trainer.policy.unwrapped.parameters(), before):
         assert torch.equal(r, p.detach())
-    assert any(not torch.equal(r, b) for r, b in zip(trainer.ref_model.parameters(), before))
+    assert any(not torch.equal(r, b) for r, b in zip(trainer.policy.ref_model.parameters(), before))
     trainer.pool.close()
     trainer = Trainer(load_config("demo", [*ov, "run_name=warm2"]))
     summary = trainer.train()

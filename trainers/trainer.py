@@ -14,7 +14,8 @@ One update:
    base with adapters disabled, or a frozen copy); π_old stays the rollout policy for every
    epoch.
 5. The shared update rule (:func:`trainers.update_rule.trust_region_update` through
-   :class:`trainers.trust_region.TrainerOps`): up to ``ppo_epochs`` epochs of ``mini_batches``
+   :class:`trainers.trust_region.TrainerOps`, on the run's
+   :class:`~trainers.trainable.TrainablePolicy`): up to ``ppo_epochs`` epochs of ``mini_batches``
    plain SGD steps; each mini-batch is a list of pair-aware micro-batches whose gradients
    accumulate (DDP syncs on the last; every process runs the same number of micro-batches,
    padding with zero-weight ones).  After each epoch KL(π_old ‖ π_new) over the update's rows
@@ -60,11 +61,11 @@ from trainers.checkpoint import (
 )
 from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics, l5, normalized_auc
-from trainers.generation import choice_logprobs, make_backend
+from trainers.generation import make_backend
 from trainers.lm_policy import RolloutSettings, TaskRef, collect_rollouts
 from trainers.metrics import MetricsLogger, run_identity
 from trainers.models import apply_lora, load_policy, train_top_layers
-from trainers.objective import PackedBatch, pack_rows, sequence_logprobs
+from trainers.trainable import TrainablePolicy
 from trainers.trust_region import TrainerOps, _all_sum
 from trainers.update_rule import AdvantageScaler, trust_region_update
 
@@ -246,12 +247,13 @@ class Trainer:
                 raise ConfigError(f"train_tasks/val_tasks: {exc}") from None
 
     def _build_model(self) -> None:
-        """Policy, tokenizer, KL reference, SGD optimiser, schedule, update rule, rollout copy."""
+        """The trained policy (model, tokenizer, KL reference, SGD optimiser, rollout copy),
+        the schedule and the update rule."""
         cfg, acc = self.cfg, self.accelerator
         model, tok = load_policy(cfg.model, seed=cfg.seed, dtype=cfg.dtype)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.ref_model = None
+        ref_model = None
         if cfg.trainable_layers:
             try:
                 n_train = train_top_layers(model, cfg.trainable_layers)
@@ -263,8 +265,7 @@ class Trainer:
             model = apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
                                target_modules=cfg.lora_target_modules)
         elif cfg.kl_coef > 0:
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
-        self.tokenizer = tok
+            ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
         params = [p for p in model.parameters() if p.requires_grad]
         # plain SGD (no momentum, no Adam: the step is proportional to the gradient, so
         # advantages that are all 0 leave the weights alone); the trust region bounds each update
@@ -276,19 +277,20 @@ class Trainer:
                                        num_training_steps=cfg.updates)
         self.update_rule = cfg.update_rule()
         self.adv_scaler = AdvantageScaler.from_config(self.update_rule)
-        self.model, self.optimizer = acc.prepare(model, optimizer)
+        model, optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)
-        self.rollout_model = None
+        self.policy = TrainablePolicy(acc, model, optimizer, tok, loss_unit=cfg.loss_unit(cfg.rl_loss),
+                                      temperature=cfg.temperature, logprob_batch_rows=cfg.logprob_batch_rows,
+                                      lora=bool(cfg.lora), ref_model=ref_model)
         bf16_rollouts = cfg.rollout_dtype == "bfloat16" or (
             cfg.rollout_dtype == "auto" and acc.device.type == "cpu" and _mixed_precision(cfg) == "bf16")
         if bf16_rollouts:
-            self.rollout_model = copy.deepcopy(self.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
-        self.backend = make_backend(cfg.backend, self.rollout_model or acc.unwrap_model(self.model), tok, batch_size=cfg.rollout_batch_size)
+            self.policy.rollout_model = copy.deepcopy(self.policy.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
+        self.backend = make_backend(cfg.backend, self.policy.acting, tok, batch_size=cfg.rollout_batch_size)
 
     def _build_rollouts(self) -> None:
         """Loss unit, estimator and the environment pool of this process's groups."""
         cfg = self.cfg
-        self.rl_loss = cfg.loss_unit(cfg.rl_loss)
         from wrappers.credit import get_estimator
 
         self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
@@ -315,14 +317,10 @@ class Trainer:
             if state.get("adv_scaler") is not None:
                 self.adv_scaler.load_state_dict(state["adv_scaler"])
             self.resumed_from = str(ckpt)
-            self._sync_rollout_model(everything=True)
+            self.policy.sync_rollout_model(everything=True)
             log.info("resumed from %s (update %d)", ckpt, self.start_update)
 
     # ------------------------------------------------------------------ helpers
-    @property
-    def unwrapped(self) -> Any:
-        return self.accelerator.unwrap_model(self.model)
-
     def _seed_for(self, *parts: int) -> int:
         return int(np.random.SeedSequence([self.cfg.seed, *parts]).generate_state(1)[0])
 
@@ -341,91 +339,13 @@ class Trainer:
             refs.append(TaskRef(self.train_task_ids[k], cfg.train_split, self._seed_for(1, update, g)))
         return refs
 
-    def _sync_rollout_model(self, everything: bool = False) -> None:
-        """Copy the trained weights into the bf16 rollout copy (trainable ones, or all)."""
-        if self.rollout_model is None:
-            return
-        with torch.no_grad():
-            for dst, src in zip(self.rollout_model.parameters(), self.unwrapped.parameters()):
-                if everything or src.requires_grad:
-                    dst.copy_(src)
-
     def _rollout(self, tasks: list[TaskRef], group_size: int, temperature: float, seed: int):
         torch.manual_seed(seed)
         settings = RolloutSettings.from_config(self.cfg, temperature=temperature)
-        if self.rollout_model is not None:
-            return collect_rollouts(self.rollout_model, self.tokenizer, self.backend, self.pool, tasks, group_size, settings)
-        with self.accelerator.autocast():
-            return collect_rollouts(self.unwrapped, self.tokenizer, self.backend, self.pool, tasks, group_size, settings)
-
-    @torch.no_grad()
-    def _logprobs(self, rows: list[TrainRow], reference: bool) -> list[torch.Tensor]:
-        out: list[torch.Tensor] = []
-        pad = self.tokenizer.pad_token_id
-        model = self.unwrapped
-        ctx: Any = contextlib.nullcontext()
-        if reference:
-            if self.cfg.lora:
-                ctx = model.disable_adapter()
-            else:
-                model = self.ref_model
-        with ctx, self.accelerator.autocast():
-            for s in range(0, len(rows), self.cfg.logprob_batch_rows):
-                chunk = rows[s:s + self.cfg.logprob_batch_rows]
-                if self.rl_loss == "choice":
-                    logp, _ = self._choice_logprobs(model, chunk, with_entropy=False)
-                    out += [v.float().cpu() for v in logp]
-                    continue
-                batch = pack_rows([r.prompt_ids for r in chunk], [r.response_ids for r in chunk], pad).to(self.accelerator.device)
-                logp, _ = sequence_logprobs(model, batch)
-                for k, r in enumerate(chunk):
-                    out.append(logp[k, logp.shape[1] - len(r.response_ids):].float().cpu())
-        return out
-
-    def _choice_logprobs(self, model: Any, rows: list[TrainRow], *, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``rl_loss = "choice"``: the choose policy's log-probability of each row's chosen
-        action at the rollout temperature, and that choice's entropy, as ``[B, 1]`` (one
-        "token" per decision)."""
-        logp, entropy = choice_logprobs(model, [r.prompt_ids for r in rows], [r.candidates for r in rows],
-                                        [r.chosen for r in rows], pad_id=self.tokenizer.pad_token_id,
-                                        temperature=self.cfg.temperature, with_entropy=with_entropy)
-        return logp[:, None], None if entropy is None else entropy[:, None]
-
-    def _policy_terms(self, rows: list[TrainRow], idx: list[int], old: list[torch.Tensor] | None,
-                      ref: list[torch.Tensor] | None):
-        """One micro-batch's ``(logp, entropy, mask, old_logp, ref_logp, advantages)`` under
-        the trained model (with gradients): per response token, or per decision with
-        ``rl_loss = "choice"`` (then every row has one "token")."""
-        dev = self.accelerator.device
-        sel = [rows[i] for i in idx]
-        with self.accelerator.autocast():
-            if self.rl_loss == "choice":
-                logp, ent = self._choice_logprobs(self.model, sel, with_entropy=True)
-                mask = torch.ones_like(logp, dtype=torch.long)
-            else:
-                batch = pack_rows([r.prompt_ids for r in sel], [r.response_ids for r in sel], self.tokenizer.pad_token_id).to(dev)
-                logp, ent = sequence_logprobs(self.model, batch, with_entropy=True)
-                mask = batch.response_mask
-        width = mask.shape[1]
-
-        def right_align(vals: list[torch.Tensor] | None) -> torch.Tensor | None:
-            """Per-row values (old / reference log-probs) laid out like the response window."""
-            if vals is None:
-                return None
-            t = torch.zeros((len(idx), width))
-            for k, i in enumerate(idx):
-                if len(vals[i]):
-                    t[k, width - len(vals[i]):] = vals[i]
-            return t.to(dev)
-
-        adv = torch.tensor([r.advantage for r in sel], dtype=torch.float32, device=dev)
-        return logp, ent, mask, right_align(old), right_align(ref), adv
-
-    def _dummy_batch(self) -> PackedBatch:
-        pad = self.tokenizer.pad_token_id
-        b = pack_rows([[pad]], [[pad]], pad)
-        b.response_mask.zero_()
-        return b.to(self.accelerator.device)
+        pol = self.policy
+        autocast = contextlib.nullcontext() if pol.rollout_model is not None else self.accelerator.autocast()
+        with autocast:  # the bf16 rollout copy runs as it is
+            return collect_rollouts(pol.acting, pol.tokenizer, self.backend, self.pool, tasks, group_size, settings)
 
     # ------------------------------------------------------------------ one update
     def optimize(self, rows: list[TrainRow], pairs: list[tuple[int, int, float]], update: int) -> dict[str, float]:
@@ -440,12 +360,12 @@ class Trainer:
         n_all = _all_sum(self.accelerator, [float(len(rows))])[0]
         out: dict[str, float] = {}
         if cfg.rl_update and n_all > 0:
-            ref = self._logprobs(rows, reference=True) if cfg.kl_coef > 0 else None
-            ops = TrainerOps(self, rows, pairs, ref, np.random.default_rng([cfg.seed, 11, update]))
+            ref = self.policy.logprobs(rows, reference=True) if cfg.kl_coef > 0 else None
+            ops = TrainerOps(self.policy, cfg, rows, pairs, ref, np.random.default_rng([cfg.seed, 11, update]))
             out["logprob_s"] = time.perf_counter() - t0
             out.update(trust_region_update(ops, self.update_rule))
             out["pairs_colocated"] = float(ops.colocated / max(1.0, out["epochs_run"]))
-            self._sync_rollout_model()
+            self.policy.sync_rollout_model()
         self.scheduler.step()
         out.update(_rms_stats(self.accelerator, raw, scaled))
         out["adv_scale"] = float(self.adv_scaler.scale)
@@ -581,7 +501,7 @@ class Trainer:
             progress.phase("saving the policy and the report")
             cpu = {"trainer_s": time.process_time() - cpu_start, "env_workers_s": self.pool.worker_cpu_seconds(),
                    "torch_threads": torch.get_num_threads(), "mixed_precision": str(self.accelerator.mixed_precision),
-                   "rollout_dtype": "bfloat16" if self.rollout_model is not None else "float32"}
+                   "rollout_dtype": "bfloat16" if self.policy.rollout_model is not None else "float32"}
             summary = self._summary(time.perf_counter() - t_start, cpu)
             note = run_folder_note(self.run_dir) if acc.is_main_process else None
             if note:
@@ -605,14 +525,15 @@ class Trainer:
         n = len(ids)
         refs = [TaskRef(t, cfg.train_split, self._seed_for(5, k)) for k, t in enumerate(ids)]
         t0 = time.perf_counter()
-        rows = expert_rows(self.pool, self.tokenizer, refs, RolloutSettings.from_config(cfg))
-        stats = behaviour_clone(self.model, self.accelerator, rows, pad_id=self.tokenizer.pad_token_id,
+        pol = self.policy
+        rows = expert_rows(self.pool, pol.tokenizer, refs, RolloutSettings.from_config(cfg))
+        stats = behaviour_clone(pol.model, self.accelerator, rows, pad_id=pol.pad_id,
                                 lr=cfg.warm_start_lr, epochs=cfg.warm_start_epochs, batch_rows=cfg.warm_start_batch_rows,
                                 micro_rows=cfg.micro_batch_rows, seed=cfg.seed, rank=self.rank, world=self.world,
                                 max_grad_norm=cfg.max_grad_norm, loss=cfg.loss_unit(cfg.warm_start_loss))
-        self._sync_rollout_model()
-        if self.ref_model is not None:  # the KL reference is the policy RL starts from
-            self.ref_model.load_state_dict(self.unwrapped.state_dict())
+        pol.sync_rollout_model()
+        if pol.ref_model is not None:  # the KL reference is the policy RL starts from
+            pol.ref_model.load_state_dict(pol.unwrapped.state_dict())
         elif cfg.lora and cfg.kl_coef > 0:
             log.warning("warm start with LoRA: the KL reference stays the base model (adapters disabled)")
         stats["tasks"] = float(n)
@@ -656,7 +577,7 @@ class Trainer:
 
     def _summary(self, seconds: float, cpu: dict[str, float] | None = None) -> dict[str, Any]:
         acc = self.accelerator
-        digests = _gather(acc, weights_digest(self.unwrapped))
+        digests = _gather(acc, weights_digest(self.policy.unwrapped))
         curve = [(h["update"], h["success"]) for h in self.eval_history if "success" in h]
         summary = {
             "run_dir": str(self.run_dir),
@@ -674,7 +595,7 @@ class Trainer:
             "warm_start": self.warm_start_stats,
             "warm_start_eval": self.warm_start_eval,
             "train_games_eval": self.train_games_eval,
-            "rl_loss": self.rl_loss,
+            "rl_loss": self.policy.loss_unit,
         }
         if acc.is_main_process:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -685,8 +606,8 @@ class Trainer:
             except Exception as exc:  # noqa: BLE001  (a plotting failure must not lose the run)
                 log.warning("could not draw the run report: %s", exc)
             final = self.run_dir / "policy"
-            self.unwrapped.save_pretrained(final)
-            self.tokenizer.save_pretrained(final)
+            self.policy.unwrapped.save_pretrained(final)
+            self.policy.tokenizer.save_pretrained(final)
         acc.wait_for_everyone()
         return summary
 

@@ -3,7 +3,7 @@
 :func:`trainers.update_rule.trust_region_update` runs up to ``ppo_epochs`` epochs of plain
 SGD mini-batch steps and measures KL(π_old ‖ π_new) after each; above ``target_kl`` it halves
 θ − θ_old until the KL is within and stops (the arena's linear policy uses the same function).
-:class:`TrainerOps` supplies, for one update of the :class:`~trainers.trainer.Trainer`:
+:class:`TrainerOps` supplies, for one update of a :class:`~trainers.trainable.TrainablePolicy`:
 
 * ``snapshot``: detached copies of the trainable parameters (LoRA or ``trainable_layers``
   keeps them small);
@@ -33,6 +33,7 @@ import torch
 from trainers.batching import TrainRow, pairs_in, plan_batches
 from trainers.generation import candidate_logprobs
 from trainers.objective import pair_loss, response_deltas, sequence_logprobs, task_loss
+from trainers.trainable import TrainablePolicy
 
 __all__ = ["TrainerOps", "choice_distributions", "exact_choice_kl", "k3_token_kl"]
 
@@ -84,22 +85,23 @@ def k3_token_kl(old: list[torch.Tensor], new: list[torch.Tensor]) -> tuple[float
 
 
 class TrainerOps:
-    """:class:`~trainers.update_rule.PolicyOps` of a :class:`~trainers.trainer.Trainer` on one
-    update's rows (advantages already scaled by the trainer's
+    """:class:`~trainers.update_rule.PolicyOps` of a :class:`~trainers.trainable.TrainablePolicy`
+    on one update's rows (advantages already scaled by the trainer's
     :class:`~trainers.update_rule.AdvantageScaler`).
 
     Args:
-        trainer: The trainer (its model, accelerator, optimizer, configuration, and its
-            ``_policy_terms`` / ``_logprobs`` / ``_dummy_batch`` helpers).
+        policy: The trained policy (model, optimizer, accelerator, log-probabilities).
+        cfg: The run's :class:`~trainers.config.TrainConfig` (batching, clipping, loss
+            coefficients).
         rows, pairs: This process's rows and row-index pairs.
         ref: Reference log-probabilities per row (``None`` without a KL term).
         rng: Shuffles the micro-batch plan of every epoch.
     """
 
-    def __init__(self, trainer: Any, rows: list[TrainRow], pairs: list[tuple[int, int, float]],
+    def __init__(self, policy: TrainablePolicy, cfg: Any, rows: list[TrainRow], pairs: list[tuple[int, int, float]],
                  ref: list[torch.Tensor] | None, rng: np.random.Generator) -> None:
-        self.t, self.rows, self.pairs, self.ref, self.rng = trainer, rows, pairs, ref, rng
-        self.params = [p for p in trainer.unwrapped.parameters() if p.requires_grad]
+        self.policy, self.cfg, self.rows, self.pairs, self.ref, self.rng = policy, cfg, rows, pairs, ref, rng
+        self.params = [p for p in policy.unwrapped.parameters() if p.requires_grad]
         self.colocated = 0
         self.old_all, self.old = self.old_terms()
 
@@ -107,18 +109,18 @@ class TrainerOps:
     def _current(self) -> list[torch.Tensor]:
         """Per row: the choice log-softmax over all candidates (choice loss) or the response
         tokens' log-probabilities (token loss), under the current weights, no gradients."""
-        t = self.t
-        if t.rl_loss == "choice":
-            with t.accelerator.autocast():
-                return choice_distributions(t.unwrapped, self.rows, pad_id=t.tokenizer.pad_token_id,
-                                            temperature=t.cfg.temperature, batch_rows=t.cfg.logprob_batch_rows)
-        return t._logprobs(self.rows, reference=False)
+        pol = self.policy
+        if pol.loss_unit == "choice":
+            with pol.accelerator.autocast():
+                return choice_distributions(pol.unwrapped, self.rows, pad_id=pol.pad_id,
+                                            temperature=pol.temperature, batch_rows=pol.logprob_batch_rows)
+        return pol.logprobs(self.rows, reference=False)
 
     def old_terms(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """π_old before the first step: ``(per-row distributions or token log-probs, per-row
         log-probs of what was played)`` (the second is what the ratio uses)."""
         cur = self._current()
-        if self.t.rl_loss == "choice":
+        if self.policy.loss_unit == "choice":
             return cur, [d[r.chosen:r.chosen + 1].clone() for d, r in zip(cur, self.rows)]
         return cur, cur
 
@@ -127,36 +129,36 @@ class TrainerOps:
         return [p.detach().clone() for p in self.params]
 
     def epoch(self, index: int) -> dict[str, float]:
-        t, cfg, acc = self.t, self.t.cfg, self.t.accelerator
+        pol, cfg, acc = self.policy, self.cfg, self.policy.accelerator
         plan = plan_batches(len(self.rows), self.pairs, micro_rows=cfg.micro_batch_rows,
                             mini_batches=cfg.mini_batches, rng=self.rng)
         counts = _all_max(acc, torch.tensor([len(m) for m in plan], device=acc.device))
         stats: dict[str, list[float]] = {}
-        t.model.train()
+        pol.model.train()
         for m, micros in enumerate(plan):
             n_micro = int(counts[m])
             mini_rows = max(1, sum(len(mb) for mb in micros))
             for k in range(n_micro):
-                sync = contextlib.nullcontext() if k == n_micro - 1 else acc.no_sync(t.model)
+                sync = contextlib.nullcontext() if k == n_micro - 1 else acc.no_sync(pol.model)
                 with sync:
                     self._micro_step(micros[k] if k < len(micros) else None, mini_rows, stats)
             if cfg.max_grad_norm > 0:
-                stats.setdefault("grad_norm", []).append(float(acc.clip_grad_norm_(t.model.parameters(), cfg.max_grad_norm)))
-            t.optimizer.step()
-            t.optimizer.zero_grad(set_to_none=True)
+                stats.setdefault("grad_norm", []).append(float(acc.clip_grad_norm_(pol.model.parameters(), cfg.max_grad_norm)))
+            pol.optimizer.step()
+            pol.optimizer.zero_grad(set_to_none=True)
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
 
     def _micro_step(self, idx: list[int] | None, mini_rows: int, stats: dict[str, list[float]]) -> None:
         """Forward and backward of one micro-batch (``None``: a zero-weight dummy for DDP)."""
-        t, cfg = self.t, self.t.cfg
+        pol, cfg = self.policy, self.cfg
         if idx is None:
-            batch = t._dummy_batch()
-            with t.accelerator.autocast():
-                logp, ent = sequence_logprobs(t.model, batch, with_entropy=True)
+            batch = pol.dummy_batch()
+            with pol.accelerator.autocast():
+                logp, ent = sequence_logprobs(pol.model, batch, with_entropy=True)
             mask, old_lp, ref_lp = batch.response_mask, torch.zeros_like(batch.response_mask, dtype=torch.float32), None
-            adv, weight, local_pairs = torch.zeros(1, device=t.accelerator.device), 0.0, []
+            adv, weight, local_pairs = torch.zeros(1, device=pol.accelerator.device), 0.0, []
         else:
-            logp, ent, mask, old_lp, ref_lp, adv = t._policy_terms(self.rows, idx, self.old, self.ref)
+            logp, ent, mask, old_lp, ref_lp, adv = pol.policy_terms(self.rows, idx, self.old, self.ref)
             weight = len(idx) / mini_rows
             local_pairs = pairs_in(idx, self.pairs) if cfg.pair_coef > 0 else []
         loss, st = task_loss(logp, old_lp, ref_lp, ent, adv, mask, clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip,
@@ -166,7 +168,7 @@ class TrainerOps:
             lp = pair_loss(response_deltas(logp, old_lp, mask), local_pairs, len(idx))
             loss = loss + cfg.pair_coef * lp
             stats.setdefault("pair_loss", []).append(float(lp.detach()))
-        t.accelerator.backward(loss * weight)
+        pol.accelerator.backward(loss * weight)
         if weight > 0:
             stats.setdefault("loss", []).append(float(loss.detach()))
             for key, v in st.items():
@@ -174,8 +176,8 @@ class TrainerOps:
 
     def kl(self, snapshot: Any) -> float:
         new = self._current()
-        total, count = (exact_choice_kl if self.t.rl_loss == "choice" else k3_token_kl)(self.old_all, new)
-        total, count = _all_sum(self.t.accelerator, [total, float(count)])
+        total, count = (exact_choice_kl if self.policy.loss_unit == "choice" else k3_token_kl)(self.old_all, new)
+        total, count = _all_sum(self.policy.accelerator, [total, float(count)])
         return total / count if count else 0.0
 
     @torch.no_grad()
