@@ -737,6 +737,28 @@ def _give_lib(lib: Any) -> None:
         _lib_pool.append(lib)
 
 
+def _apply_operator(state: Any, op: int) -> None:
+    """``state.apply`` of the applicable operator with id ``op``, as after
+    ``state.all_applicable_actions()`` but without building its textworld ``Action``
+    objects (C calls only: ``apply`` needs only the operator table and the id)."""
+    import fast_downward
+
+    lib = state.downward_lib
+    operators = (fast_downward.Operator * lib.get_applicable_operators_count())()
+    lib.get_applicable_operators(operators)
+    state._operators = {o.id: o for o in operators}
+    if op not in state._operators:  # pragma: no cover - defensive
+        raise RuntimeError(f"ALFWorld transition memo: operator {op} is not applicable in the replayed state")
+    state.apply(_OperatorId(op))
+
+
+@dataclass(frozen=True)
+class _OperatorId:
+    """What ``PddlState.apply`` reads of an action: its operator id."""
+
+    id: int
+
+
 class _Restoring:
     """What :class:`RestorablePddlEnv` changes in textworld's ``PddlEnv`` (see module doc).
 
@@ -883,8 +905,7 @@ class _Restoring:
                 self._pddl_state = self._initial_state()
                 real = ()
             for op in self._path[len(real):]:
-                actions = self._pddl_state.all_applicable_actions()
-                self._pddl_state.apply(next(a for a in actions if a.id == op))
+                _apply_operator(self._pddl_state, op)
                 _transitions.replayed += 1
             self._real_path = self._path
         if "_valid_actions" not in self.state:
