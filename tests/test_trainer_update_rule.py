@@ -122,7 +122,7 @@ def _weights_after(tmp_path, name: str, scale: float, *extra: str) -> dict[str, 
 def test_rescaling_every_advantage_changes_nothing_with_running_rms(tmp_path):
     ref = _weights_after(tmp_path, "x1", 1.0)
     start = _trainer(tmp_path, "x0", "learning_rate=0.5")
-    w0 = {k: v.detach().clone() for k, v in start.unwrapped.named_parameters()}
+    w0 = {k: v.detach().clone() for k, v in start.policy.unwrapped.named_parameters()}
     start.pool.close()
     moved = max(float((ref[k] - w0[k]).abs().max()) for k in ref)
     assert moved > 1e-3
