@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from agent_envs.agent.walkthrough import WalkthroughReplay
-from agent_envs.rollout import EnvPool, GroupRunner
+from agent_envs.agent.walkthrough import replay_walkthroughs
+from agent_envs.rollout import EnvPool
 from trainers.generation import choice_logprobs
 from trainers.lm_policy import RolloutSettings, RowTokens, TaskRef, candidate_ids, decision_prompt
 from trainers.objective import pack_rows, sequence_logprobs
@@ -58,20 +58,15 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
         ValueError: none of ``tasks`` has a walkthrough.
     """
     keyed: list[tuple[int, int, ExpertRow]] = []
-    runner = GroupRunner(pool)
-    for s in range(0, len(tasks), pool.n):
-        chunk = list(tasks[s:s + pool.n])
-        for split in dict.fromkeys(ref.split for ref in chunk):  # one run per split (in practice one)
-            picked = [k for k, ref in enumerate(chunk) if ref.split == split]
-            replay = WalkthroughReplay(max_steps=settings.max_steps)
-            runner.run([chunk[k].task for k in picked], replay, group_size=1, seeds=[chunk[k].seed for k in picked],
-                       options={"split": split} if split is not None else None)
-            for d in replay.decisions:
-                goal = str((d.first_info.get("task") or {}).get("goal", ""))
-                history = [(str(o), a) for o, a in d.turn.history]
-                prompt = decision_prompt(tokenizer, goal, str(d.turn.observation), d.turn.info, history, settings)
-                cands = candidate_ids(tokenizer, d.actions, goal)
-                keyed.append((s + picked[d.turn.group], d.turn.t, ExpertRow(prompt, cands[d.index], cands, d.index)))
+    for split in dict.fromkeys(ref.split for ref in tasks):  # one replay per split (in practice one)
+        picked = [k for k, ref in enumerate(tasks) if ref.split == split]
+        for k, d in replay_walkthroughs(pool, [tasks[i].task for i in picked], [tasks[i].seed for i in picked],
+                                        split=split, chunk=pool.n, max_steps=settings.max_steps):
+            goal = str((d.first_info.get("task") or {}).get("goal", ""))
+            history = [(str(o), a) for o, a in d.turn.history]
+            prompt = decision_prompt(tokenizer, goal, str(d.turn.observation), d.turn.info, history, settings)
+            cands = candidate_ids(tokenizer, d.actions, goal)
+            keyed.append((picked[k], d.turn.t, ExpertRow(prompt, cands[d.index], cands, d.index)))
     rows = [row for _task, _t, row in sorted(keyed, key=lambda x: x[:2])]
     if not rows:
         raise ValueError(f"warm start: none of the {len(tasks)} training tasks has a stored walkthrough "

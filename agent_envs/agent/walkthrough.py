@@ -7,7 +7,7 @@ it made — which is what behaviour cloning learns from (the trainer's
 :mod:`trainers.warm_start` and the arena's warm start).
 
 Example (a task without a walkthrough ends at once, and nothing is recorded):
-    >>> from agent_envs.rollout import Turn
+    >>> from agent_envs.rollout import EnvPool, GroupRunner, Turn
     >>> replay = WalkthroughReplay()
     >>> replay([Turn(0, 0, 0, "You are in a room.", {"task": {"id": 3}, "admissible_actions": ["look"]})])
     [None]
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_envs.alfworld.data import task_walkthrough
-from agent_envs.rollout import Turn
+from agent_envs.rollout import EnvPool, GroupRunner, Turn
 
-__all__ = ["ExpertDecision", "WalkthroughReplay"]
+__all__ = ["ExpertDecision", "WalkthroughReplay", "replay_walkthroughs"]
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +90,20 @@ class WalkthroughReplay:
             return None
         self.decisions.append(ExpertDecision(turn, actions, actions.index(action), first_info))
         return action
+
+
+def replay_walkthroughs(pool: EnvPool, tasks: Sequence[Any], seeds: Sequence[int | None], *, split: str | None,
+                        chunk: int, admissible: Callable[[Turn], list[str]] | None = None,
+                        max_steps: int | None = None) -> list[tuple[int, ExpertDecision]]:
+    """Replay the walkthroughs of ``tasks`` (reset seed ``seeds[k]``, ``options["split"]``
+    unless ``split`` is ``None``) on environments ``0..chunk-1`` of ``pool``, ``chunk`` tasks
+    at a time; every decision as ``(task position, decision)``, in task order, then step."""
+    runner = GroupRunner(pool)
+    keyed: list[tuple[int, int, ExpertDecision]] = []
+    for s in range(0, len(tasks), chunk):
+        replay = WalkthroughReplay(admissible, max_steps=max_steps)
+        runner.run(list(tasks[s:s + chunk]), replay, group_size=1, seeds=list(seeds[s:s + chunk]),
+                   options=None if split is None else {"split": split})
+        keyed += [(s + d.turn.group, d.turn.t, d) for d in replay.decisions]
+    keyed.sort(key=lambda row: row[:2])
+    return [(k, d) for k, _t, d in keyed]

@@ -50,7 +50,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
-from agent_envs.agent.walkthrough import WalkthroughReplay
+from agent_envs.agent.walkthrough import replay_walkthroughs
 from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
 from agent_envs.tasks import select_tasks, train_val_tasks
 from rubrics.trajectory import Trajectory
@@ -715,22 +715,16 @@ def warm_start(
     Raises:
         ValueError: none of ``tasks`` has a walkthrough (e.g. WebShop).
     """
-    keyed: list[tuple[int, int, DecisionFeatures, int]] = []
-    runner = GroupRunner(envs)
-    for s in range(0, len(tasks), cfg.group_size):
-        replay = WalkthroughReplay(_expanded_actions)
-        runner.run(list(tasks[s:s + cfg.group_size]), replay, group_size=1, seeds=0,
-                   options={"split": cfg.preset.train_split})
-        for d in replay.decisions:
-            task = d.first_info.get("task") or {}
-            decision = featurizer.decision(
-                goal=str(task.get("goal", "")), task_type=str(task.get("type", "-")),
-                observation=str(d.turn.observation), actions=d.actions, rubric=d.turn.info.get("rubric"),
-                history=[action for _obs, action in d.turn.history], task=d.turn.info.get("task"))
-            keyed.append((s + d.turn.group, d.turn.t, decision, d.index))
-    keyed.sort(key=lambda row: row[:2])  # task order, then step
-    decisions = [row[2] for row in keyed]
-    chosen = [row[3] for row in keyed]
+    decisions: list[DecisionFeatures] = []
+    chosen: list[int] = []
+    for _k, d in replay_walkthroughs(envs, tasks, [0] * len(tasks), split=cfg.preset.train_split,
+                                     chunk=cfg.group_size, admissible=_expanded_actions):
+        task = d.first_info.get("task") or {}
+        decisions.append(featurizer.decision(
+            goal=str(task.get("goal", "")), task_type=str(task.get("type", "-")),
+            observation=str(d.turn.observation), actions=d.actions, rubric=d.turn.info.get("rubric"),
+            history=[action for _obs, action in d.turn.history], task=d.turn.info.get("task")))
+        chosen.append(d.index)
     if not decisions:
         raise ValueError(f"warm_start: no walkthrough found for the {len(tasks)} training tasks of {cfg.env}")
     opt = Adam(policy.dim, lr=cfg.warm_start_lr)
