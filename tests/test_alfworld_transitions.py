@@ -168,3 +168,63 @@ def test_restored_states_sharing_initial_facts_play_identical_episodes() -> None
     finally:
         memo.enabled = True
     assert len(shared) > 40 and shared == own
+
+
+def _inner_engine(env: gym.Env) -> object:
+    """The ``RestorablePddlEnv`` inside an environment's engine wrappers."""
+    return env.unwrapped._engine.unwrapped
+
+
+def _actions_view(actions: list) -> list[tuple]:
+    return [(a.id, a.name, sorted(map(str, a.mapping.items())), a.command_template, a.feedback_rule) for a in actions]
+
+
+@pytest.mark.slow
+def test_kept_action_specs_and_gathered_infos_equal_upstreams_in_every_state() -> None:
+    """The engine's own ``_gather_infos`` (per-game action specs, one fact list, memo keys
+    built once per predicate set) gives upstream's game state in every state of random
+    play: the same applicable actions, commands, facts and won flag."""
+    from textworld.core import GameState
+    from textworld.envs.pddl import PddlEnv
+
+    memo = engine.transition_memo()
+    env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=30)
+    checked = 0
+    try:
+        for task in (0, 7):
+            rng = np.random.default_rng(task)
+            obs, info = env.reset(seed=task, options={"task": task})
+            for _ in range(15):
+                _, _, term, trunc, _ = env.step(info["admissible_actions"][int(rng.integers(len(info["admissible_actions"])))])
+                if term or trunc:
+                    break
+                inner = _inner_engine(env)
+                inner._catch_up()  # the engine at the current state (it may lag after memo hits)
+                assert _actions_view(inner._applicable_actions()) == \
+                    _actions_view(inner._pddl_state.all_applicable_actions())
+                saved = inner.state
+                try:
+                    memo.enabled = False
+                    inner.state = GameState()
+                    PddlEnv._gather_infos(inner)
+                    upstream = inner.state
+                    memo.enabled = True
+                    inner.state = GameState()
+                    inner._gather_infos()
+                    ours = inner.state
+                finally:
+                    memo.enabled = True
+                    inner.state = saved
+                assert sorted(ours) == sorted(upstream)
+                for key in ("command_templates", "won", "lost", "_valid_commands", "admissible_commands"):
+                    assert ours[key] == upstream[key], key
+                assert sorted(map(str, ours["_facts"])) == sorted(map(str, upstream["_facts"]))
+                assert _actions_view(ours["_valid_actions"]) == _actions_view(upstream["_valid_actions"])
+                checked += 1
+                _, _, term, trunc, info = env.step("look")
+                if term or trunc:
+                    break
+    finally:
+        memo.enabled = True
+        env.close()
+    assert checked >= 20

@@ -103,6 +103,45 @@ def test_featurizer_is_stable_across_instances_and_marks_goal_hits() -> None:
         f.decision(goal="g", task_type="t", observation="o", actions=[])
 
 
+
+def _reference_decision(f: Featurizer, *, goal: str, task_type: str, observation: str, actions: list[str],
+                        rubric: dict, history: list[str], task: dict) -> tuple[list[int], list[float]]:
+    """A decision's hashed features from :meth:`Featurizer.action_features` (no memo)."""
+    visited = frozenset(a.split(" to ", 1)[1].replace(" 1", "").replace(" ", "") for a in history if a.startswith("go "))
+    roles = {"target": task["target"], "destination": task["destination"], "lamp": "", "type": task_type,
+             "hand": bool(rubric.get("target_in_hand")), "visited": visited}
+    channels = sorted(k for k, v in rubric.items() if v is True)
+    idx: list[int] = []
+    val: list[float] = []
+    for action in actions:
+        feats = f.action_features(action, goal_words=frozenset(goal.split()) - {"a", "in"}, task_type=task_type,
+                                  signature="+".join(channels) or "-", channels=channels,
+                                  observation_lower=observation.lower(), history=history, roles=roles)
+        for name, value in feats.items():
+            if value:
+                idx.append(f.index(name))
+                val.append(value)
+    return idx, val
+
+
+def test_memoised_decision_features_equal_the_named_features_in_every_context() -> None:
+    """The hashed head and tail memos answer by everything the features read: the same
+    action under another history (repeat flags, receptacles visited) or another rubric
+    status (target in hand) gets the features computed afresh, in the same order."""
+    f = Featurizer(2**14)
+    actions = ["go to fridge 1", "take apple 1 from countertop 1", "go to toaster 1"]
+    task = {"target": "apple", "destination": "fridge"}
+    base = dict(goal="put a hot apple in fridge", task_type="heat", observation="You see a apple 1.",
+                actions=actions, task=task)
+    contexts = [([], {}), (["go to fridge 1"], {}), (["go to toaster 1", "go to fridge 1"], {}),
+                (["go to fridge 1"], {"target_in_hand": True}), ([], {}), (["go to fridge 1"], {})]
+    for history, rubric in contexts * 2:  # the second pass answers from the memos
+        got = f.decision(**base, rubric=rubric, history=history)
+        idx, val = _reference_decision(Featurizer(2**14), **base, rubric=rubric, history=history)
+        assert got.indices.tolist() == idx and got.values.tolist() == val, (history, rubric)
+    assert 0 < len(f._tail_cache) < 3 * 5  # shared where a context changes nothing an action reads
+
+
 # ----------------------------------------------------------------------------- objective
 
 NO_REG = ObjectiveConfig(kl_coef=0.0, entropy_coef=0.0, pair_coef=0.0)

@@ -46,6 +46,15 @@ command)``; a hit returns the stored state without touching the engine, and the 
 recorded operators — C calls, no text derivation) only when a step misses.  Tested equal to
 direct play, step by step, on thousands of random steps (``tests/test_alfworld_transitions.py``).
 
+**A step that misses** still runs ``PddlEnv.step``, whose ``_gather_infos`` (the applicable
+actions and the text of each one's command) is replaced here by an equivalent that keeps
+what a game does not change: each operator name's action (its mapping and templates, built
+once per game, process-wide — upstream builds textworld placeholders for every operator of
+every state), the command templates and entity names, one fact list for all of a state's
+derivations (the grammar reads the ``state``, never that list), and each derivation's memo
+key built once per predicate set from the facts' texts (strings compare in C, propositions
+in Python).  Tested equal to upstream's ``_gather_infos`` in every state of random play.
+
 ``fast_downward.pddl2sas`` replaces ``sys.argv`` (a hack of the translator's option parser)
 and swaps ``sys.stdout`` while it runs; :func:`preserve_process_state` puts back the caller's
 own objects (``sys.argv``, ``sys.stdout``/``sys.stderr``, the working directory, the root
@@ -366,6 +375,7 @@ def translate(domain: str, problem: str) -> Translation:
 
 _logic_cache: OrderedDict[str, Any] = OrderedDict()
 _texts_cache: OrderedDict[str, Any] = OrderedDict()
+_constants_cache: OrderedDict[str, Any] = OrderedDict()
 
 
 def _lru_get(cache: OrderedDict[str, Any], key: str) -> Any:
@@ -414,6 +424,7 @@ def translation_cache_clear() -> None:
         _cache.clear()
         _logic_cache.clear()
         _texts_cache.clear()
+        _constants_cache.clear()
         _initial_atoms.clear()
         _stats["hits"] = _stats["misses"] = 0
 
@@ -487,18 +498,20 @@ def facts_digest(facts: Any) -> str:
 
     The texts come from a process-wide table (a proposition's ``str`` is a Python format of
     its arguments, ~1.5 µs, and a state holds hundreds that recur from state to state)."""
-    texts = _fact_texts
-    out = []
-    for fact in facts:
-        text = texts.get(fact)
-        if text is None:
-            text = str(fact)
-            if len(texts) >= _FACT_TEXTS_SIZE:
-                texts.clear()
-            texts[fact] = text
-        out.append(text)
+    out = [_fact_text(fact) for fact in facts]
     out.sort()
     return hashlib.sha1("\n".join(out).encode("utf-8")).hexdigest()
+
+
+def _fact_text(fact: Any) -> str:
+    """``str(fact)``, from the process-wide table."""
+    text = _fact_texts.get(fact)
+    if text is None:
+        text = str(fact)
+        if len(_fact_texts) >= _FACT_TEXTS_SIZE:
+            _fact_texts.clear()
+        _fact_texts[fact] = text
+    return text
 
 
 _FACT_TEXTS_SIZE = 200_000
@@ -680,22 +693,45 @@ class _MemoGrammar:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._grammar, name)
 
-    def derive(self, start: str, context: Mapping[str, Any] | None = None) -> str:
+    def derive(self, start: str, context: Mapping[str, Any] | None = None, *,
+               mapping_key: Any = None, read: dict[frozenset[str], frozenset[str]] | None = None) -> str:
+        """The grammar's ``derive(start, context)``, from the memo when its inputs were seen.
+
+        ``mapping_key`` (``frozenset(context["mapping"].items())`` when ``None``) and ``read``
+        (a table of one state's fact texts by predicate set, filled on use) let a caller
+        deriving many templates in one state compute each part of the key once.
+        """
         context = context or {}
-        if start not in self._inputs:
-            self._inputs[start] = derivation_inputs(self._grammar, start)
-        inputs = self._inputs[start]
+        inputs = self._inputs.get(start, _UNKNOWN)
+        if inputs is _UNKNOWN:
+            inputs = self._inputs[start] = derivation_inputs(self._grammar, start)
         state = context.get("state")
         if inputs is None or state is None or not _transitions.enabled:
             return self._grammar.derive(start, context)
-        facts = frozenset(f for sig, group in state._facts.items() if sig.name in inputs for f in group) \
-            if inputs else frozenset()  # most command templates read no facts at all
-        key = (self._game, start, frozenset(context.get("mapping", {}).items()), facts)
+        facts = read.get(inputs) if read is not None else None
+        if facts is None:
+            facts = _fact_texts_of(state, inputs)
+            if read is not None:
+                read[inputs] = facts
+        if mapping_key is None:
+            mapping_key = frozenset(context.get("mapping", {}).items())
+        key = (self._game, start, mapping_key, facts)
         text = _lru_lookup(_derived, key)
         if text is None:
             text = self._grammar.derive(start, context)
             _lru_store(_derived, key, text)
         return text
+
+
+_UNKNOWN = object()
+
+
+def _fact_texts_of(state: Any, predicates: frozenset[str]) -> frozenset[str]:
+    """The texts of ``state``'s facts of the given predicates (a derivation's fact inputs:
+    texts compare as fast strings where propositions compare in Python)."""
+    if not predicates:
+        return frozenset()  # most command templates read no facts at all
+    return frozenset(_fact_text(f) for sig, group in state._facts.items() if sig.name in predicates for f in group)
 
 
 class _GameLogicView:
@@ -759,6 +795,42 @@ class _OperatorId:
     id: int
 
 
+@dataclass(frozen=True)
+class _ActionSpec:
+    """What every applicable action of one operator name shares (see :func:`_action_spec`)."""
+
+    name: str
+    mapping: tuple[tuple[Any, Any], ...]
+    mapping_key: frozenset[tuple[Any, Any]]
+    variables: tuple[tuple[str, str], ...]  # (placeholder name, entity id) for the context
+    command_template: str
+    feedback_rule: str
+
+
+def _action_spec(pddl: Any, logic: Any, operator_name: str) -> _ActionSpec:
+    """The action of an operator name (``"go agent1 loc1 loc2"``), as textworld's
+    ``all_applicable_actions`` builds it: the PDDL action's parameters bound to the
+    operator's arguments, the logic's command template and feedback rule."""
+    from textworld.logic import Placeholder, Variable
+
+    name, *arguments = operator_name.split()
+    mapping = tuple((Placeholder(p.name.strip("?"), p.type_name), Variable(arg, p.type_name))
+                    for p, arg in zip(pddl._actions[name].parameters, arguments))
+    rule = logic.actions[name]
+    return _ActionSpec(name=name, mapping=mapping, mapping_key=frozenset(mapping),
+                       variables=tuple((ph.name, var.name) for ph, var in mapping),
+                       command_template=rule.template, feedback_rule=rule.feedback_rule)
+
+
+@dataclass
+class _GameConstants:
+    """What :meth:`_Restoring._gather_infos` reads of a loaded game, computed once."""
+
+    command_templates: tuple[str, ...]
+    names: dict[str, str]  # entity id -> name (after the demangler named them)
+    actions: dict[str, _ActionSpec]  # operator name -> its action's parts
+
+
 class _Restoring:
     """What :class:`RestorablePddlEnv` changes in textworld's ``PddlEnv`` (see module doc).
 
@@ -797,6 +869,7 @@ class _Restoring:
         self._translation = None
         self._initial_texts = None
         self.__dict__.pop("_memo_game_key", None)
+        self.__dict__.pop("_constants", None)
         self._digest = ""
         try:
             logic = game_logic(data["pddl_domain"], data["grammar"])
@@ -909,10 +982,95 @@ class _Restoring:
                 _transitions.replayed += 1
             self._real_path = self._path
         if "_valid_actions" not in self.state:
-            actions = self._pddl_state.all_applicable_actions()
+            actions = self._applicable_actions() if self.use_memo else self._pddl_state.all_applicable_actions()
             if len(actions) != len(self.state["_valid_commands"]):  # pragma: no cover - defensive
                 raise RuntimeError("ALFWorld transition memo: the engine's operators do not match the stored state")
             self.state["_valid_actions"] = actions
+
+    def _gather_infos(self) -> None:
+        """``PddlEnv._gather_infos`` — the same game state, computed with what does not
+        change within a game kept: the actions of an operator name (mapping, templates),
+        the command templates and entity names, one list of the facts for every command's
+        derivation (textgen reads the ``state``, never that list), and each derivation's
+        memo key built once per predicate set.  The engine's own (upstream) version runs
+        when the memo is off; the test-suite compares both."""
+        if not self.use_memo or not _transitions.enabled:
+            super()._gather_infos()
+            return
+        game = self._game_constants()
+        s, pddl = self.state, self._pddl_state
+        s["command_templates"] = list(game.command_templates)
+        s["won"] = pddl.check_goal()
+        s["lost"] = False
+        s["_entity_infos"] = dict(self._entity_infos)
+        facts = s["_facts"] = list(pddl.facts)
+        if self.request_infos.facts:
+            s["facts"] = list(map(self._get_human_readable_fact, facts))
+        s["last_action"] = None
+        s["_last_action"] = self._last_action
+        applicable = self._applicable()
+        s["_valid_actions"] = [action for action, _ in applicable]
+        grammar, infos, read = self._logic.grammar, self._entity_infos, {}
+        commands = s["_valid_commands"] = []
+        for action, spec in applicable:
+            context = {"state": pddl, "facts": facts, "variables": {ph: infos[var] for ph, var in spec.variables},
+                       "mapping": action.mapping, "entity_infos": infos}
+            action.command_template = grammar.derive(action.command_template, context, mapping_key=spec.mapping_key,
+                                                     read=read)
+            commands.append(action.command_template.format(**game.names))
+        s["admissible_commands"] = sorted(set(commands))
+        if self.request_infos.moves:
+            s["moves"] = self._moves
+        if self.request_infos.policy_commands:
+            s["policy_commands"] = pddl.replan(self._entity_infos)
+
+    def _game_constants(self) -> _GameConstants:
+        """What :meth:`_gather_infos` reads of the loaded game: kept until the next load,
+        and process-wide for every engine playing the game (by its memo key)."""
+        game = self.__dict__.get("_constants")
+        if game is None:
+            game = _lru_get(_constants_cache, self._memo_game)
+            if game is None:
+                game = _GameConstants(
+                    command_templates=tuple(sorted({a.template for a in self._logic.actions.values()})),
+                    names={k: info.name for k, info in self._entity_infos.items()},
+                    actions={},
+                )
+                _lru_put(_constants_cache, self._memo_game, game)
+            self.__dict__["_constants"] = game
+        return game
+
+    def _applicable_actions(self) -> list[Any]:
+        """``PddlState.all_applicable_actions()`` of the current state: the same actions in
+        the same order, each operator name's mapping built once per game."""
+        return [action for action, _ in self._applicable()]
+
+    def _applicable(self) -> list[tuple[Any, _ActionSpec]]:
+        """The applicable actions (as :meth:`_applicable_actions`), each with its spec."""
+        import fast_downward
+        import textworld.logic
+
+        pddl, specs = self._pddl_state, self._game_constants().actions
+        lib = pddl.downward_lib
+        operators = (fast_downward.Operator * lib.get_applicable_operators_count())()
+        lib.get_applicable_operators(operators)
+        pddl._operators = {op.id: op for op in operators}
+        actions, seen = [], set()
+        for operator in operators:
+            key = operator.name
+            if key in seen:
+                continue
+            seen.add(key)
+            spec = specs.get(key)
+            if spec is None:
+                spec = specs[key] = _action_spec(pddl, self._logic, key)
+            action = textworld.logic.Action(name=spec.name, preconditions=[], postconditions=[])
+            action.id = operator.id
+            action.mapping = dict(spec.mapping)
+            action.command_template = spec.command_template
+            action.feedback_rule = spec.feedback_rule
+            actions.append((action, spec))
+        return actions
 
     def _initial_texts_key(self) -> str:
         """Key of the initial texts, shared by every engine of the process playing this game
@@ -964,7 +1122,7 @@ class _Restoring:
             s["facts"] = list(map(self._get_human_readable_fact, s["_facts"]))
         s["last_action"] = None
         s["_last_action"] = self._last_action
-        actions = list(self._pddl_state.all_applicable_actions())
+        actions = self._applicable_actions() if self.use_memo else list(self._pddl_state.all_applicable_actions())
         if tuple(a.id for a in actions) != initial.action_ids:  # pragma: no cover - defensive
             logger.warning("initial operators changed between resets; deriving texts again")
             self._gather_infos()

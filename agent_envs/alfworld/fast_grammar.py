@@ -8,8 +8,9 @@ symbols together with a context that holds the whole PDDL state (``Symbol.copy``
 
 :func:`enable` patches four pure spots, process-wide:
 
-* ``textgen._parse_and_convert`` — memoised by its arguments; each call gets a deep copy of
-  the cached, context-free parse (callers mutate the symbols they get);
+* ``textgen._parse_and_convert`` — memoised by its arguments; each call gets a fresh copy of
+  the cached, context-free parse (unpickled from the bytes kept: callers mutate the symbols
+  they get);
 * ``Rule.parse_conjunctive_query`` — memoised by the expression (the rule is only read);
 * ``Symbol.copy`` — deep-copies the symbol *without* its old context, which the copy
   replaces straight away anyway;
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import pickle
 from typing import Any
 
 __all__ = ["enable", "enabled"]
@@ -75,10 +77,10 @@ def enable() -> bool:
         try:
             hit = parsed[key]
         except KeyError:
-            hit = parsed[key] = parse(*args, **kwargs)
+            hit = parsed[key] = pickle.dumps(parse(*args, **kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         except TypeError:  # unhashable arguments: no memo
             return parse(*args, **kwargs)
-        return copy.deepcopy(hit)
+        return pickle.loads(hit)  # a fresh copy (about 3x faster than copy.deepcopy)
 
     query = tw_logic.Rule.parse_conjunctive_query.__func__
     queries: dict[str, Any] = {}

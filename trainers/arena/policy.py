@@ -113,6 +113,7 @@ def _goal_words(goal: str) -> frozenset[str]:
     return frozenset(_content(_tokens(goal)))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _entities(action: str) -> tuple[str, str]:
     """``(object type, receptacle type)`` named by an ALFWorld-style action ("" if none).
 
@@ -256,6 +257,7 @@ class Featurizer:
         self._cache: dict[str, int] = {}
         self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], tuple[list[int], list[float]]] = {}
         self._head_cache: dict[tuple[Any, str], tuple[list[int], list[float]]] = {}
+        self._tail_cache: dict[tuple[Any, ...], tuple[list[int], list[float]]] = {}
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
@@ -378,6 +380,28 @@ class Featurizer:
 
         return _memo(self._head_cache, (context, action), 100_000, compute)
 
+    def _hashed_tail(
+        self, action: str, *, history: Sequence[str], roles: Mapping[str, Any] | None, signature: str
+    ) -> tuple[list[int], list[float]]:
+        """:meth:`_tail_part` hashed, memoised by everything it reads: the action, the
+        signature, the roles (of ``visited``, only whether it holds the action's receptacle)
+        and the three repeat flags."""
+        role_key: tuple[Any, ...] | None = None
+        if roles is not None:
+            rec = _entities(action)[1]
+            role_key = (roles.get("target", ""), roles.get("destination", ""), roles.get("lamp", ""),
+                        roles.get("type", "-"), bool(roles.get("hand")), bool(rec) and rec in roles.get("visited", ()))
+        flags = (action in history, history[-1] == action, len(history) >= 2 and history[-2] == action) \
+            if history else (False, False, False)
+
+        def compute() -> tuple[list[int], list[float]]:
+            idx: list[int] = []
+            val: list[float] = []
+            self._emit(self._tail_part(action, history=history, roles=roles, signature=signature), idx, val)
+            return idx, val
+
+        return _memo(self._tail_cache, (action, signature, role_key, flags), 200_000, compute)
+
     def _emit(self, feats: Mapping[str, float], idx: list[int], val: list[float]) -> None:
         """Append the non-zero features' hashed indices and values."""
         for name, value in feats.items():
@@ -464,7 +488,9 @@ class Featurizer:
             n0 = len(idx)
             idx += h_idx
             val += h_val
-            self._emit(self._tail_part(action, history=history, roles=roles, signature=signature), idx, val)
+            t_idx, t_val = self._hashed_tail(action, history=history, roles=roles, signature=signature)
+            idx += t_idx
+            val += t_val
             own += [k] * (len(idx) - n0)
         return DecisionFeatures(
             actions=tuple(actions),
