@@ -193,7 +193,7 @@ def test_kept_action_specs_and_gathered_infos_equal_upstreams_in_every_state() -
     try:
         for task in (0, 7):
             rng = np.random.default_rng(task)
-            obs, info = env.reset(seed=task, options={"task": task})
+            _, info = env.reset(seed=task, options={"task": task})
             for _ in range(15):
                 _, _, term, trunc, _ = env.step(info["admissible_actions"][int(rng.integers(len(info["admissible_actions"])))])
                 if term or trunc:
