@@ -175,7 +175,7 @@ DEFAULT_METHODS: dict[str, tuple[str, str]] = {
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).
-DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 60,
+DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 64,
                                  "alfworld": 3, "alfworld-unseen": 3}
 
 
