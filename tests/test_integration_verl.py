@@ -43,6 +43,7 @@ EXPECTED = [
     "test_agent_loop_plays_webshop",
     "test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage",
     "test_verls_own_worker_writes_the_rows_the_trainer_stage_credits",
+    "test_verls_actor_update_consumes_the_trainer_stages_advantages",
     "test_agent_loop_steps_off_the_event_loop[1]",
     "test_agent_loop_steps_off_the_event_loop[0]",
     "test_agent_loop_env_workers_as_ray_actors",

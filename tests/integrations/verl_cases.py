@@ -497,34 +497,45 @@ def test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage(tokeniz
     assert ref[[k.startswith("u0_0_") for k in meta.keys]].min() > 0  # the won episode's steps are credited
 
 
-def test_verls_own_worker_writes_the_rows_the_trainer_stage_credits(tokenizer, transfer_queue, tmp_path):
-    """verl's own AgentLoopWorkerTQ (the class, in this process: its Ray actor wrapper adds only
-    transport), built from verl's composed ppo_trainer config, plays rollout.n = 2 sessions of a
-    generated ALFWorld game through rubricgym_env and writes the rows to TransferQueue itself; the
-    rubricgym_sync stage's advantages on those rows equal GiGPO on the episodes they decode to."""
+def _verl_config(model_dir, *overrides: str):
+    """verl 0.9.1's own ppo_trainer config, composed by hydra as ``main_ppo`` composes it, for the
+    rubricgym_env loop (rollout.n = 2) and the rubricgym_sync trainer, plus ``overrides``."""
     from pathlib import Path
 
-    import gymnasium as gym
     import verl.trainer
     from hydra import compose, initialize_config_dir
-    from transfer_queue import KVBatchMeta
+
+    with initialize_config_dir(config_dir=str(Path(verl.trainer.__file__).parent / "config"), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=[
+            f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=rubricgym_env", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.rollout.prompt_length=4096", "actor_rollout_ref.rollout.response_length=256",
+            "trainer.use_v1=true", "trainer.v1.trainer_mode=rubricgym_sync", *overrides])
+
+
+def _tiny_model_dir(tokenizer, path):
+    """The tiny random tiny-qwen2 and its tokenizer saved to ``path`` (verl reads both from a path)."""
+    from trainers.models import build_tiny_model
+
+    build_tiny_model("tiny-qwen2", vocab_size=len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def _worker_rollout(cfg, tokenizer, tq, uid: str) -> tuple[list[str], list[Trajectory]]:
+    """verl's own AgentLoopWorkerTQ (the class, in this process: its Ray actor wrapper adds only
+    transport) plays rollout.n = 2 sessions of generated ALFWorld game 0 through rubricgym_env
+    (the first session the walkthrough, the other 'first admissible action', 8 steps at most) and
+    writes the rows to TransferQueue's "train" partition itself.  Returns the row keys (sorted)
+    and the episodes the rows decode to, in session order."""
+    import gymnasium as gym
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
     import agent_envs  # noqa: F401
     from agent_envs.alfworld.data import task_walkthrough
-    from trainers.models import build_tiny_model
     from wrappers.integrations.verl import decode_row
 
-    model_dir = tmp_path / "model"  # the worker reads the tokenizer and the model config from a path
-    build_tiny_model("tiny-qwen2", vocab_size=len(tokenizer)).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    with initialize_config_dir(config_dir=str(Path(verl.trainer.__file__).parent / "config"), version_base=None):
-        cfg = compose(config_name="ppo_trainer", overrides=[
-            f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=vllm",
-            "actor_rollout_ref.rollout.agent.default_agent_loop=rubricgym_env", "actor_rollout_ref.rollout.n=2",
-            "actor_rollout_ref.rollout.prompt_length=4096", "actor_rollout_ref.rollout.response_length=256",
-            "trainer.use_v1=true", "trainer.v1.trainer_mode=rubricgym_sync"])
     env_kwargs = {"split": "generated"}
     probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
     _, info = probe.reset(seed=0, options={"task": 0})
@@ -541,7 +552,7 @@ def test_verls_own_worker_writes_the_rows_the_trainer_stage_credits(tokenizer, t
 
     worker = AgentLoopWorkerTQ.__ray_metadata__.modified_class(cfg, PerSession(tokenizer, None))
     spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 0, "seed": 0, "max_steps": 8}
-    batch = list_of_dict_to_tensordict([{"uid": "w0", "index": 0, "global_steps": 1, "raw_prompt": [],
+    batch = list_of_dict_to_tensordict([{"uid": uid, "index": 0, "global_steps": 1, "raw_prompt": [],
                                          "extra_info": {"index": 0, "rubricgym": json.dumps(spec)}}])
 
     async def play():
@@ -550,9 +561,9 @@ def test_verls_own_worker_writes_the_rows_the_trainer_stage_credits(tokenizer, t
             await asyncio.sleep(0.05)
 
     asyncio.run(play())
-    assert transfer_queue.kv_list(partition_id="train")["train"]["w0"]["status"] == "finished"
-    keys = sorted(k for k in transfer_queue.kv_list(partition_id="train")["train"] if k.startswith("w0_"))
-    rows = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields", "response_mask"])
+    assert tq.kv_list(partition_id="train")["train"][uid]["status"] == "finished"
+    keys = sorted(k for k in tq.kv_list(partition_id="train")["train"] if k.startswith(f"{uid}_"))
+    rows = tq.kv_batch_get(keys=keys, partition_id="train", select_fields=["extra_fields"])
     by_session: dict[int, list] = {}
     for key, extra in zip(keys, rows["extra_fields"]):
         _uid, session, index = key.split("_")
@@ -563,14 +574,259 @@ def test_verls_own_worker_writes_the_rows_the_trainer_stage_credits(tokenizer, t
         t = decoded[-1][1]
         trajs.append(Trajectory(t["task_id"], s, [step for step, _ in decoded], score=t["score"],
                                 success=t["success"], truncated=t["truncated"]))
+    return keys, trajs
+
+
+def test_verls_own_worker_writes_the_rows_the_trainer_stage_credits(tokenizer, transfer_queue, tmp_path):
+    """verl's own AgentLoopWorkerTQ, built from verl's composed ppo_trainer config, plays rollout.n
+    = 2 sessions of a generated ALFWorld game through rubricgym_env and writes the rows to
+    TransferQueue itself (:func:`_worker_rollout`); the rubricgym_sync stage's advantages on those
+    rows equal GiGPO on the episodes they decode to."""
+    from transfer_queue import KVBatchMeta
+
+    cfg = _verl_config(_tiny_model_dir(tokenizer, tmp_path / "model"))
+    keys, trajs = _worker_rollout(cfg, tokenizer, transfer_queue, "w0")
     assert sorted(t.success for t in trajs) == [False, True]  # the walkthrough won, the other did not
     meta = KVBatchMeta(keys=keys, tags=[{}] * len(keys), partition_id="train")
     _sync_trainer("rubricgym_gigpo")._compute_advantage(meta, {})
-    got = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages"])["advantages"]
+    got = transfer_queue.kv_batch_get(keys=keys, partition_id="train", select_fields=["advantages", "response_mask"])
     ref = _reference("gigpo", {"w0": trajs}, keys)
     assert np.abs(ref).max() > 0
-    for r, (adv, mask) in enumerate(zip(got.unbind(), rows["response_mask"].unbind())):
+    for r, (adv, mask) in enumerate(zip(got["advantages"].unbind(), got["response_mask"].unbind())):
         torch.testing.assert_close(adv, (mask.double() * ref[r]).float(), rtol=0, atol=1e-6)
+
+
+# --- verl's actor update, on CPU -------------------------------------------------------------------
+class _CPUDevice:
+    """The device module of :func:`_cpu_platform`: ``torch.cpu``, plus the memory statistics
+    verl asks of its device module (0 on CPU, as verl itself reports for ``torch.cpu``) and
+    no-op cache calls."""
+
+    def __getattr__(self, name):
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def get_device_name(*_args) -> str:
+        return "CPU"  # the key of verl's device-FLOPS table
+
+    @staticmethod
+    def memory_allocated(*_args, **_kw) -> int:
+        return 0
+
+    memory_reserved = max_memory_allocated = max_memory_reserved = memory_allocated
+
+    @staticmethod
+    def mem_get_info(*_args) -> tuple[int, int]:
+        return (0, 0)
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    ipc_collect = empty_cache
+
+
+def _cpu_platform():
+    """A CPU platform for verl 0.9.1, which ships CUDA, NPU and ROCm ones only (and falls back to
+    CUDA without a GPU): a subclass of verl's own ``PlatformBase``, its documented extension point
+    for a device ("Every concrete platform (CUDA, NPU, CPU, XPU, ...) must implement ..."),
+    installed with ``set_platform``.  Collectives: gloo; the device index is ``"cpu"`` (what
+    ``torch.cpu.current_device()`` returns), so verl's ``.to(get_device_id())`` stays on CPU."""
+    from contextlib import nullcontext
+
+    from verl.plugin.platform import PlatformBase
+
+    class PlatformCPU(PlatformBase):
+        device_name = "cpu"
+        vendor_name = "cpu"
+        device_module = _CPUDevice()
+
+        def is_available(self):
+            return True
+
+        def current_device(self):
+            return "cpu"
+
+        def device_count(self):
+            return 1
+
+        def set_device(self, device_index):
+            return None
+
+        def synchronize(self, device_index=None):
+            return None
+
+        def manual_seed(self, seed):
+            torch.manual_seed(seed)
+
+        manual_seed_all = manual_seed
+
+        def set_allocator_settings(self, settings):
+            return None
+
+        def empty_cache(self):
+            return None
+
+        def get_device_capability(self, device_index=0):
+            return (None, None)
+
+        def communication_backend_name(self):
+            return "gloo"
+
+        def visible_devices_envvar(self):
+            return "CUDA_VISIBLE_DEVICES"
+
+        def nvtx_range(self, msg):
+            return nullcontext()
+
+        def profiler_start(self):
+            return None
+
+        profiler_stop = profiler_start
+
+        def ray_resource_name(self):
+            return "CPU"
+
+        def ray_noset_envvars(self):
+            return []
+
+        def is_ipc_supported(self):
+            return False
+
+        def cudart(self):
+            return None
+
+    return PlatformCPU()
+
+
+def _weights(module) -> dict[str, torch.Tensor]:
+    from torch.distributed.tensor import DTensor
+
+    return {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone() for n, p in module.named_parameters()}
+
+
+def _response_rows(nested) -> list[torch.Tensor]:
+    return [t.double() for t in (nested.unbind() if nested.is_nested else list(nested))]
+
+
+def test_verls_actor_update_consumes_the_trainer_stages_advantages(tokenizer, transfer_queue, tmp_path, monkeypatch):
+    """verl 0.9.1's own actor update, on CPU, consumes the advantages the rubricgym_sync stage
+    writes.  The rows are verl's own AgentLoopWorkerTQ's (:func:`_worker_rollout`: a won and a
+    lost ALFWorld episode of rollout.n = 2 sessions), padded by verl's
+    ``upsample_batch_to_divisible_size`` to one PPO mini-batch as ``_balance_batch`` pads them;
+    the actor is verl's ``ActorRolloutRefWorker`` (role ``actor``: its FSDP2 engine with a
+    world of one, verl's ``ppo_loss``, AdamW) on the tiny random tiny-qwen2, built from the
+    composed ppo_trainer config and driven by the trainer's own stages in the trainer's order:
+    ``_compute_old_log_prob`` (verl), ``_compute_advantage`` (ours, GiGPO), ``_update_actor``
+    (verl), all through TransferQueue.  CPU needs only a platform (:func:`_cpu_platform`), a
+    one-process gloo group and ``VERL_ENGINE_DEVICE=cuda`` (verl's engine-selection override: its
+    FSDP engine is registered for cuda/npu); verl's loss and update are untouched.
+
+    Control first, on the same batch and optimizer: every advantage 0 (entropy and KL
+    coefficients 0, weight decay 0) gives verl's update a zero gradient and leaves every weight
+    bit for bit as it was, at the configured learning rate.  Then GiGPO's advantages, written
+    again by our stage: every weight moves and, by verl's log-probabilities recomputed after the
+    step, the advantage-weighted sum of the changes of the response tokens' log-probabilities is
+    positive (at ratio 1 the token-mean PPO loss is minus that sum over the token count, to first
+    order, and the step lowers it); row by row, each response of the won episode (advantage > 0)
+    became more likely and each of the lost one (< 0) less.  verl's metrics are finite."""
+    import torch.distributed as dist
+    from tensordict import TensorDict
+    from transfer_queue import KVBatchMeta
+    from verl.plugin.platform import get_platform, set_platform
+    from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.workers.engine_workers import ActorRolloutRefWorker
+
+    torch.set_num_threads(1)
+    tq = transfer_queue
+    lr = 1e-3
+    cfg = _verl_config(
+        _tiny_model_dir(tokenizer, tmp_path / "model"),
+        "algorithm.adv_estimator=rubricgym_gigpo",
+        "actor_rollout_ref.model.use_remove_padding=false", "actor_rollout_ref.model.enable_gradient_checkpointing=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # verl's default: flash_attention_2
+        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.actor.use_torch_compile=false",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=false",
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=8",  # x rollout.n = 16 rows: one mini-batch, one optimizer step
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
+        f"actor_rollout_ref.actor.optim.lr={lr}", "actor_rollout_ref.actor.optim.weight_decay=0.0",
+        "actor_rollout_ref.actor.entropy_coeff=0", "actor_rollout_ref.actor.use_kl_loss=false")
+    keys, trajs = _worker_rollout(cfg, tokenizer, tq, "a0")
+    assert sorted(t.success for t in trajs) == [False, True]
+    tags = tq.kv_list(partition_id="train")["train"]
+    batch = upsample_batch_to_divisible_size(KVBatchMeta(keys=keys, tags=[tags[k] for k in keys], partition_id="train"),
+                                             16, tokenizer.eos_token_id)
+    assert len(keys) < 16 == len(batch.keys)
+
+    for key in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "REDIS_STORE_SERVER_HOST"):  # verl's Worker writes these into os.environ
+        monkeypatch.setenv(key, {"WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                                 "MASTER_PORT": "0"}.get(key, "0"))
+    monkeypatch.setenv("VERL_ENGINE_DEVICE", "cuda")
+    previous = get_platform()
+    set_platform(_cpu_platform())
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor", distillation_config=cfg.get("distillation"))
+        worker.init_model()
+        engine = worker.actor.engine
+        assert type(engine).__name__ == "FSDPEngineWithLMHead" and not engine.use_remove_padding
+        cls = get_trainer_cls("rubricgym_sync")
+        trainer = cls.__new__(cls)  # the stages below read only the config and the actor worker
+        trainer.config, trainer.actor_rollout_wg = cfg, worker
+        module, optimizer = engine.module, engine.optimizer
+        metrics: dict = {}
+        trainer._compute_old_log_prob(batch, metrics)
+        trainer._compute_advantage(batch, metrics)
+        got = tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                              select_fields=["advantages", "old_log_probs", "response_mask"])
+        adv = [float(a[m.bool()][0]) if m.any() else 0.0  # the row's advantage, on each response token
+               for a, m in zip(got["advantages"].unbind(), got["response_mask"].unbind())]
+        ref = _reference("gigpo", {"a0": trajs}, keys)
+        np.testing.assert_allclose(adv[:len(keys)], ref, rtol=0, atol=1e-6)
+        assert min(ref) < 0 < max(ref) and 0.0 not in ref and adv[len(keys):] == [0.0] * (16 - len(keys))
+        old = _response_rows(got["old_log_probs"])
+        masks = _response_rows(got["response_mask"])
+
+        # control: the same batch with every advantage 0
+        zeros = torch.nested.as_nested_tensor([torch.zeros_like(m, dtype=torch.float32) for m in masks],
+                                              layout=torch.jagged)
+        tq.kv_batch_put(keys=batch.keys, partition_id="train",
+                        fields=TensorDict({"advantages": zeros}, batch_size=len(batch.keys)))
+        before = _weights(module)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(lr)
+        control: dict = {}
+        trainer._update_actor(batch, control)
+        after_control = _weights(module)
+        assert all(torch.equal(before[n], after_control[n]) for n in before)
+        assert control["actor/grad_norm"] == 0.0 and control["actor/pg_loss"] == 0.0
+
+        # GiGPO's advantages, written again by our stage
+        trainer._compute_advantage(batch, metrics)
+        update: dict = {}
+        trainer._update_actor(batch, update)
+        after = _weights(module)
+        moved = [n for n in before if not torch.equal(before[n], after[n])]
+        assert len(moved) == len(before)
+        assert update["actor/grad_norm"] > 0
+        for name in ("actor/pg_loss", "actor/grad_norm", "actor/pg_clipfrac", "actor/ppo_kl"):
+            assert np.isfinite(update[name]), (name, update)
+        trainer._compute_old_log_prob(batch, {})  # verl's log-probabilities after the step
+        new = _response_rows(tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                                             select_fields=["old_log_probs"])["old_log_probs"])
+    finally:
+        dist.destroy_process_group()
+        set_platform(previous)
+    # each row's change of log-probability, summed over its response tokens
+    change = [float(((n - o) * m).sum()) for n, o, m in zip(new, old, masks)]
+    assert sum(a * c for a, c in zip(adv, change)) > 0, (adv, change)
+    # row by row: the responses GiGPO credits (the won episode's) became more likely, the ones it
+    # debits (the lost episode's) less; verl's padding rows have no response tokens
+    assert all(c > 0 if a > 0 else c < 0 for a, c in zip(adv[:len(keys)], change)), (adv, change)
+    assert change[len(keys):] == [0.0] * (16 - len(keys))
 
 
 @pytest.mark.parametrize("workers", [1, 0])
