@@ -53,13 +53,13 @@ def main() -> None:
         envs, env = R.arena_envs(cfg), R.make_arena_env(cfg)
         train_pool, _val, _ = R._task_sets(env, cfg)
         feat, policy = Featurizer(cfg.dim), LinearSoftmaxPolicy(cfg.dim)
-        if cfg.warm_start:
+        if cfg.warm_start.warm_start_tasks:
             R.warm_start(policy, env, cfg, R.warm_start_tasks(env, cfg), feat)
         reference, scaler, grpo = policy.copy(), AdvantageScaler.from_config(cfg.update_rule()), resolve_method(
             "grpo", family).build()
         task_rng = R._rng(seed, 7)
-        for update in range(1, cfg.updates + 1):
-            picks = sorted(task_rng.choice(cfg.train_tasks, size=cfg.tasks_per_update, replace=False).tolist())
+        for update in range(1, cfg.schedule.updates + 1):
+            picks = sorted(task_rng.choice(cfg.schedule.train_tasks, size=cfg.rollout.groups_per_update, replace=False).tolist())
             groups, grecs, _ = R._play_groups(envs, cfg, policy, feat, seed, update, picks,
                                               [train_pool[k] for k in picks])
             base_records, base_adv, _ = R._credit_rows(groups, grecs, grpo(groups), 1.0)
@@ -71,9 +71,9 @@ def main() -> None:
                                       else float("nan"))
                 acc[m]["cos"].append(_cos(ev.grad(adv), g_base))
                 acc[m]["zero"].append(float(np.mean(np.abs(adv) < 1e-9)))
-            R.update_policy(policy, reference, base_records, scaler.normalize(base_adv), [], cfg.objective(),
-                            cfg.update_rule(), lr=cfg.lr, minibatch=cfg.minibatch, rng=R._rng(seed, update, 99))
-    print(f"{args.env}, GRPO's runs, seeds {args.seeds}, {cfg.updates} updates each "
+            R.update_policy(policy, reference, base_records, scaler.normalize(base_adv), [], cfg.objective,
+                            cfg.update_rule(), lr=cfg.update.learning_rate, minibatch=cfg.minibatch, rng=R._rng(seed, update, 99))
+    print(f"{args.env}, GRPO's runs, seeds {args.seeds}, {cfg.schedule.updates} updates each "
           f"(means over updates with a defined value)")
     print(f"{'method':<22} {'corr(A, A_grpo)':>16} {'cos(g, g_grpo)':>15} {'zero-adv rows':>14}")
     for m, d in acc.items():

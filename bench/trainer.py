@@ -56,17 +56,17 @@ from trainers.lm_policy import _encode_prompt
 if __name__ == "__main__":
     model_name, n = sys.argv[1], int(sys.argv[2])
     cfg = load_config("demo", [f"model={model_name}"])
-    model, tok = load_policy(cfg.model)
+    model, tok = load_policy(cfg.policy.model)
     model.eval()
-    env = gym.make(cfg.env_id, **cfg.env_kwargs)
-    ids = env.unwrapped.task_ids(cfg.train_split)
+    env = gym.make(cfg.env.env_id, **cfg.env.env_kwargs)
+    ids = env.unwrapped.task_ids(cfg.env.train_split)
     prompts, cands = [], []
     for k in range(n):
-        obs, info = env.reset(seed=k, options={"task": ids[(k * 7) % len(ids)], "split": cfg.train_split})
+        obs, info = env.reset(seed=k, options={"task": ids[(k * 7) % len(ids)], "split": cfg.env.train_split})
         adm = info["admissible_actions"]
-        text = build_prompt(info["task"]["goal"], obs, adm, [], style=cfg.prompt_style, list_actions=cfg.list_actions,
-                            compact=cfg.compact_prompt)
-        prompts.append(_encode_prompt(tok, text, cfg.max_prompt_tokens, cfg.system_prompt))
+        text = build_prompt(info["task"]["goal"], obs, adm, [], style=cfg.prompt.prompt_style, list_actions=cfg.prompt.list_actions,
+                            compact=cfg.prompt.compact_prompt)
+        prompts.append(_encode_prompt(tok, text, cfg.prompt.max_prompt_tokens, cfg.prompt.system_prompt))
         cands.append([tok.encode(format_action(a), add_special_tokens=False) + [tok.eos_token_id] for a in adm])
     out = {"prompts": n, "prompt_tokens": sum(map(len, prompts)) / n, "candidates": sum(map(len, cands)) / n}
     for name, kw, ctx in (("rows fp32", {"use_cache": False, "max_rows": 16}, None), ("tree fp32", {}, None),

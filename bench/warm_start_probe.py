@@ -49,15 +49,15 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = load_config("demo", [f"val_tasks={args.val_tasks}", f"env_kwargs.generated_n={args.games}"])
-    env = gym.make(cfg.env_id, **cfg.env_kwargs)
-    train, val = train_val_tasks(env, cfg.train_split, cfg.val_split, train_n=0, val_n=args.val_tasks)  # the trainer's rule
+    env = gym.make(cfg.env.env_id, **cfg.env.env_kwargs)
+    train, val = train_val_tasks(env, cfg.env.train_split, cfg.env.val_split, train_n=0, val_n=args.val_tasks)  # the trainer's rule
     env.close()
     train = train[: args.train_tasks]
-    base, tok = load_policy(cfg.model, seed=0, dtype="float32")
+    base, tok = load_policy(cfg.policy.model, seed=0, dtype="float32")
     settings = RolloutSettings.from_config(cfg)
-    with EnvPool(cfg.env_id, cfg.env_kwargs, 6, workers=0) as pool:
-        tr_rows = expert_rows(pool, tok, [TaskRef(t, cfg.train_split, k) for k, t in enumerate(train)], settings)
-        va_rows = expert_rows(pool, tok, [TaskRef(t, cfg.val_split, 100 + k) for k, t in enumerate(val)], settings)
+    with EnvPool(cfg.env.env_id, cfg.env.env_kwargs, 6, workers=0) as pool:
+        tr_rows = expert_rows(pool, tok, [TaskRef(t, cfg.env.train_split, k) for k, t in enumerate(train)], settings)
+        va_rows = expert_rows(pool, tok, [TaskRef(t, cfg.env.val_split, 100 + k) for k, t in enumerate(val)], settings)
     pad = tok.pad_token_id
 
     def heldout(model) -> tuple[float, float]:

@@ -43,11 +43,11 @@ CFG = dict(
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_warm_start_generalises_to_held_out_generated_alfworld(tmp_path: Path) -> None:
-    cfg = ArenaConfig(env="alfworld-generated", **CFG)
+    cfg = ArenaConfig.of(env="alfworld-generated", **CFG)
     env = make_arena_env(cfg)
     # The held-out games: positions 12..23 of the split's fixed order; cloned: 24..59.
-    val = select_tasks(env, "generated", cfg.val_tasks, offset=cfg.train_tasks)
-    train = select_tasks(env, "generated", cfg.train_tasks)
+    val = select_tasks(env, "generated", cfg.schedule.val_tasks, offset=cfg.schedule.train_tasks)
+    train = select_tasks(env, "generated", cfg.schedule.train_tasks)
     cloned = warm_start_tasks(env, cfg)
     assert len(cloned) == 36 and not (set(val) & set(train) or set(cloned) & (set(val) | set(train)))
 

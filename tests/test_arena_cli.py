@@ -55,7 +55,7 @@ def test_arena_cli_no_rl_never_moves_the_policy(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     recs = [json.loads(line) for line in (out / "runs" / "grpo__seed0" / "metrics.jsonl").open()]
-    assert next(r for r in recs if r["phase"] == "run")["config"]["rl"] is False
+    assert next(r for r in recs if r["phase"] == "run")["config"]["update"]["rl_update"] is False
     trains = [r for r in recs if r["phase"] == "train"]
     # no update ran: of the update rule's diagnostics only the advantages' RMS (and the row counts)
     assert len(trains) == 3 and all({k for k in r if k.startswith("opt/")} == {

@@ -72,7 +72,7 @@ def test_the_arena_plays_every_step_through_group_runner(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(GroupRunner, "run", spy_run)
     monkeypatch.setattr(rollout, "step_from_info", spy_step)
-    cfg = ArenaConfig(env="webshop-generated", updates=2, tasks_per_update=2, group_size=3, train_tasks=4,
+    cfg = ArenaConfig.of(env="webshop-generated", updates=2, tasks_per_update=2, group_size=3, train_tasks=4,
                       val_tasks=4, eval_every=2, epochs=1, minibatch=16)
     run_one(cfg, "grpo", 0, tmp_path)
     recs = [json.loads(line) for line in (tmp_path / "runs" / "grpo__seed0" / "metrics.jsonl").open()]

@@ -18,21 +18,36 @@ from trainers.arena.runner import (
     search_queries,
 )
 from trainers.arena.variants import VARIANTS, available_methods, resolve_method
+from trainers.settings import flatten
 
 
 def test_config_validation_names_the_field() -> None:
     with pytest.raises(ValueError, match="unknown arena env 'nope'"):
-        ArenaConfig(env="nope")
+        ArenaConfig.of(env="nope")
     with pytest.raises(ValueError, match="group_size"):
-        ArenaConfig(group_size=1)
-    with pytest.raises(ValueError, match="tasks_per_update"):
-        ArenaConfig(tasks_per_update=9, train_tasks=4)
-    with pytest.raises(ValueError, match="lr"):
-        ArenaConfig(lr=0.0)
-    with pytest.raises(ValueError, match="unknown ArenaConfig field"):
+        ArenaConfig.of(group_size=1)
+    with pytest.raises(ValueError, match=r"groups_per_update \(9\) exceeds train_tasks \(4\)"):
+        ArenaConfig.of(tasks_per_update=9, train_tasks=4)
+    with pytest.raises(ValueError, match="learning_rate must be a number > 0; got 0.0"):
+        ArenaConfig.of(lr=0.0)
+    with pytest.raises(ValueError, match="ArenaConfig: unknown field 'updatez'"):
         ArenaConfig.from_dict({"updatez": 3})
     cfg = ArenaConfig.for_env("webshop", updates=3)
     assert ArenaConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_flat_settings_and_the_names_before_the_sections_mean_the_same_setting() -> None:
+    old = {"env": "webshop", "updates": 5, "tasks_per_update": 2, "eval_temperature": 0.0, "lr": 3.0,
+           "epochs": 2, "rl": False, "warm_start": 0, "clip_low": 0.1}
+    cfg = ArenaConfig.from_dict(old)
+    assert (cfg.schedule.updates, cfg.rollout.groups_per_update, cfg.rollout.val_temperature) == (5, 2, 0.0)
+    assert (cfg.update.learning_rate, cfg.update.ppo_epochs, cfg.update.rl_update) == (3.0, 2, False)
+    assert (cfg.objective.clip_low, cfg.objective.clip_high) == (0.1, 0.2)
+    assert cfg == ArenaConfig.of(env="webshop", updates=5, groups_per_update=2, val_temperature=0.0,
+                                 learning_rate=3.0, ppo_epochs=2, rl_update=False, clip_low=0.1)
+    assert ArenaConfig.from_dict(cfg.to_dict()) == cfg  # nested, as records now hold it
+    # a record written before the sections also lacks later settings: it ran with their old values
+    assert ArenaConfig.recorded(old).sampling == "sequential" and ArenaConfig.from_dict(old).sampling == "coupled"
 
 
 def test_methods_and_variants_resolve_to_estimator_parameters() -> None:
@@ -154,10 +169,14 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
     path.write_text("\n".join(lines[:-1]) + "\n")  # an interrupted file (no end record)
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
-    # a run recorded before val_episodes and sampling existed ran with one episode, sequentially
+    # a run recorded before the sections (a flat config, old names) and before val_episodes,
+    # sampling and kl_clip existed ran with one episode, sequentially, kl_clip 10: the same setting
     first = json.loads(lines[0])
-    for name in ("val_episodes", "sampling"):
-        del first["config"][name]
+    flat = flatten(cfg)
+    for name in ("val_episodes", "sampling", "kl_clip"):
+        del flat[name]
+    flat["tasks_per_update"], flat["lr"] = flat.pop("groups_per_update"), flat.pop("learning_rate")
+    first["config"] = flat
     path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     assert cfg.sampling == "sequential" and completed_run(cfg, "grpo", 0, tmp_path) is not None
     assert completed_run(replace(cfg, sampling="coupled"), "grpo", 0, tmp_path) is None

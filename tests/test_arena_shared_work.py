@@ -41,7 +41,7 @@ def _forget() -> None:
 
 @pytest.mark.slow
 def test_shared_warm_start_and_first_validation_change_no_record(tmp_path: Path) -> None:
-    cfg = ArenaConfig(env="alfworld-generated", **CFG)
+    cfg = ArenaConfig.of(env="alfworld-generated", **CFG)
     _forget()
     try:
         run_one(cfg, "grpo", 0, tmp_path / "shared")

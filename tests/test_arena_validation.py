@@ -73,10 +73,10 @@ def test_greedy_validation_plays_the_highest_scoring_action_whatever_the_generat
 
 def test_validation_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="val_episodes"):
-        ArenaConfig(eval_temperature=0.0, val_episodes=2)
+        ArenaConfig.of(eval_temperature=0.0, val_episodes=2)
     for bad in (-0.1, float("nan"), True):
-        with pytest.raises(ValueError, match="eval_temperature"):
-            ArenaConfig(eval_temperature=bad)
+        with pytest.raises(ValueError, match="val_temperature"):
+            ArenaConfig.of(eval_temperature=bad)
     with pytest.raises(ValueError, match="val_episodes"):
-        ArenaConfig(val_episodes=0)
-    assert ArenaConfig(eval_temperature=0).eval_temperature == 0
+        ArenaConfig.of(val_episodes=0)
+    assert ArenaConfig.of(eval_temperature=0).rollout.val_temperature == 0

@@ -12,16 +12,15 @@ def test_backend_vllm_is_refused_and_points_to_trl_and_verl():
         load_config("demo", overrides=["backend=vllm"])
     message = str(err.value)
     assert "backend='vllm' was removed" in message
-    assert "backend='transformers'" in message
+    assert "generates with transformers" in message
     assert "TRL" in message and "verl" in message and "docs/integrations.md" in message
-    with pytest.raises(ConfigError, match="was removed"):
-        TrainConfig(backend="vllm", action_mode="generate").validate()
+    assert not hasattr(TrainConfig(), "backend")  # the one-choice setting is gone
 
 
-def test_other_unknown_backends_get_the_usual_choices_message():
-    with pytest.raises(ConfigError, match=r"backend must be one of 'transformers'; got 'sglang'"):
+def test_old_files_naming_the_backend_read_as_before():
+    with pytest.raises(ConfigError, match=r"backend was removed; only 'transformers' was ever accepted; got 'sglang'"):
         load_config("demo", overrides=["backend=sglang"])
-    assert load_config("demo", overrides=["backend=transformers"]).backend == "transformers"
+    assert load_config("demo", overrides=["backend=transformers"]) == load_config("demo")
 
 
 def test_make_backend_refuses_vllm_too():

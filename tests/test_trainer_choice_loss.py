@@ -47,7 +47,7 @@ def trainer(tmp_path):
 def _choice_probs(trainer) -> torch.Tensor:
     with torch.no_grad():
         s = score_candidates(trainer.policy.unwrapped, [PROMPT], [CANDS], pad_id=trainer.policy.tokenizer.pad_token_id)[0]
-    return torch.softmax(s.double() / trainer.cfg.temperature, dim=0)
+    return torch.softmax(s.double() / trainer.cfg.rollout.temperature, dim=0)
 
 
 def test_choice_logprob_and_entropy_are_those_of_the_choose_policy(trainer):

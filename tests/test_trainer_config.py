@@ -16,42 +16,45 @@ from trainers.config import (
 )
 
 
-def test_every_field_has_help_text():
-    for f in dataclasses.fields(TrainConfig):
+def test_every_setting_has_help_text_and_every_section_a_heading():
+    sections = [getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)]
+    leaves = [f for s in sections for f in dataclasses.fields(s)]
+    for f in leaves:
         assert len(f.metadata.get("help", "")) > 10, f.name
-    assert len(config_help()) == len(dataclasses.fields(TrainConfig))
+    assert all(len(type(s).__doc__ or "") > 10 for s in sections)
+    assert [row[1] for row in config_help()] == [f.name for f in leaves]
 
 
 def test_presets_load_and_follow_the_papers_recipe():
     assert {"alfworld", "webshop", "demo"} <= set(available_presets())
     alf = load_config("alfworld")
     # SPEC §5: 16 × 8, T=1.0 (val 0.4), lr 1e-6, wd 0.01, ≤512 tokens, 2 history pairs, every 5
-    assert (alf.groups_per_update, alf.group_size, alf.max_steps) == (16, 8, 50)
-    assert (alf.temperature, alf.val_temperature, alf.learning_rate, alf.weight_decay) == (1.0, 0.4, 0.5, 0.0)
-    assert (alf.ppo_epochs, alf.mini_batches, alf.target_kl, alf.adv_norm) == (1, 4, 0.05, "running_rms")
-    assert (alf.max_response_tokens, alf.history_length, alf.eval_every, alf.lr_schedule) == (512, 2, 5, "constant")
-    assert alf.gradient_checkpointing and alf.action_mode == "generate"
-    assert (alf.clip_ratio, alf.dual_clip, alf.kl_coef, alf.entropy_coef, alf.pair_coef) == (0.2, 3.0, 0.01, 0.001, 0.05)
+    assert (alf.rollout.groups_per_update, alf.rollout.group_size, alf.env.max_steps) == (16, 8, 50)
+    assert (alf.rollout.temperature, alf.rollout.val_temperature, alf.update.learning_rate, alf.update.weight_decay) == (1.0, 0.4, 0.5, 0.0)
+    assert (alf.update.ppo_epochs, alf.update.mini_batches, alf.update.target_kl, alf.update.adv_norm) == (1, 4, 0.05, "running_rms")
+    assert (alf.prompt.max_response_tokens, alf.prompt.history_length, alf.schedule.eval_every, alf.update.lr_schedule) == (512, 2, 5, "constant")
+    assert alf.policy.gradient_checkpointing and alf.prompt.action_mode == "generate"
+    assert (alf.objective.clip_low, alf.objective.clip_high, alf.objective.dual_clip, alf.objective.kl_coef, alf.objective.entropy_coef, alf.objective.pair_coef) == (0.2, 0.2, 3.0, 0.01, 0.001, 0.05)
     web = load_config("webshop")
-    assert (web.env_id, web.max_steps, web.max_prompt_tokens) == ("WebShop-Rubric-v0", 15, 5120)
+    assert (web.env.env_id, web.env.max_steps, web.prompt.max_prompt_tokens) == ("WebShop-Rubric-v0", 15, 5120)
     demo = load_config("demo")
-    assert demo.action_mode == "choose" and demo.train_split == "generated" and demo.model == "smollm2"
-    assert (demo.warm_start_tasks, demo.max_steps, demo.updates) == (8, 10, 4)
+    assert demo.prompt.action_mode == "choose" and demo.env.train_split == "generated" and demo.policy.model == "smollm2"
+    assert (demo.warm_start.warm_start_tasks, demo.env.max_steps, demo.schedule.updates) == (8, 10, 4)
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
         ("action_mode=shout", "action_mode must be one of 'generate', 'choose'; got 'shout'"),
-        ("group_size=0", "group_size must be an integer ≥ 1"),
+        ("group_size=1", "group_size must be an integer ≥ 2; got 1"),
         ("estimator=nope", "estimator must be one of"),
         ("estimator_params={bogus: 1}", "estimator_params"),
-        ("top_p=1.5", "top_p must be in (0, 1]"),
+        ("top_p=1.5", "top_p must be a number in (0, 1]; got 1.5"),
         ("lr_schedule=step", "lr_schedule must be one of 'constant', 'linear', 'cosine'"),
         ("learning_rate=fast", "learning_rate must be of type float"),
         ("grop_size=3", "unknown field 'grop_size'"),
-        ("dual_clip=0.5", "dual_clip must be > 1"),
-        ("env_timeout=-1", "env_timeout must be a number of seconds ≥ 0 (0 = wait forever)"),
+        ("dual_clip=0.5", "dual_clip must be a number > 1"),
+        ("env_timeout=-1", "env_timeout must be a number ≥ 0; got -1.0"),
         ("env_kwargs={max_steps: 50}", "env_kwargs max_steps 50 differs from max_steps 10: the run has one horizon"),
     ],
 )
@@ -64,10 +67,10 @@ def test_invalid_configuration_names_field_and_allowed_values(override, message)
 def test_overrides_parse_yaml_values_and_dict_keys():
     cfg = load_config("demo", ["learning_rate=1e-5", "lora=true", "trainable_layers=0", "estimator_params={episode_norm: trajectories}",
                                "env_kwargs.generated_n=9", "lora_target_modules=[q_proj, v_proj]"])
-    assert cfg.learning_rate == 1e-5 and cfg.lora is True
-    assert cfg.estimator_params == {"episode_norm": "trajectories"}
-    assert cfg.env_kwargs["generated_n"] == 9
-    assert cfg.lora_target_modules == ["q_proj", "v_proj"]
+    assert cfg.update.learning_rate == 1e-5 and cfg.policy.lora is True
+    assert cfg.credit.estimator_params == {"episode_norm": "trajectories"}
+    assert cfg.env.env_kwargs["generated_n"] == 9
+    assert cfg.policy.lora_target_modules == ["q_proj", "v_proj"]
     with pytest.raises(ConfigError, match="field=value"):
         apply_overrides(TrainConfig(), ["lora"])
 
@@ -76,7 +79,7 @@ def test_files_round_trip_and_can_start_from_a_preset(tmp_path):
     toml = tmp_path / "mine.toml"
     toml.write_text('preset = "webshop"\ngroup_size = 4\n')
     cfg = load_config(toml)
-    assert cfg.env_id == "WebShop-Rubric-v0" and cfg.group_size == 4
+    assert cfg.env.env_id == "WebShop-Rubric-v0" and cfg.rollout.group_size == 4
     cfg.save(tmp_path / "saved.yaml")
     assert load_config(tmp_path / "saved.yaml") == cfg
     bad = tmp_path / "bad.toml"
@@ -85,6 +88,29 @@ def test_files_round_trip_and_can_start_from_a_preset(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="neither a file nor a preset"):
         load_config("no-such-preset")
+
+
+def test_a_flat_config_written_before_the_sections_reads_as_the_same_configuration(tmp_path):
+    """Run folders written before the sections hold a flat config.yaml (``clip_ratio``, the
+    dropped ``backend``): ``--resume`` of such a folder starts from the same configuration."""
+    import yaml
+
+    from trainers.train_cli import parse_train_args
+
+    cfg = load_config("demo", ["clip_low=0.3", "clip_high=0.3", "updates=9"])
+    saved = yaml.safe_load(yaml.safe_dump(cfg.to_dict()))
+    assert set(saved) == {f.name for f in dataclasses.fields(TrainConfig)}  # written by section
+    flat = cfg.flat()
+    flat["clip_ratio"] = flat.pop("clip_low")
+    del flat["clip_high"]
+    flat["backend"] = "transformers"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(flat))
+    resumed, run_dir = parse_train_args(["--resume", str(tmp_path)])
+    assert run_dir == tmp_path and resumed == cfg
+    flat["backend"] = "vllm"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(flat))
+    with pytest.raises(ConfigError, match="backend='vllm' was removed"):
+        parse_train_args(["--resume", str(tmp_path)])
 
 
 def test_busy_cores_reads_the_kernel_counters(tmp_path, monkeypatch):
@@ -121,7 +147,7 @@ def test_torch_threads_auto_requested_and_environment(monkeypatch):
     assert cpu_threads(0) == 2 and cpu_threads(5) == 2
     with pytest.raises(ConfigError, match="torch_threads must be an integer ≥ 0"):
         load_config("demo", ["torch_threads=-1"])
-    with pytest.raises(ConfigError, match="rubric_shaping must be ≥ 0"):
+    with pytest.raises(ConfigError, match="rubric_shaping must be a number ≥ 0"):
         load_config("demo", ["rubric_shaping=-0.5"])
 
 
@@ -167,8 +193,8 @@ def test_one_horizon_reaches_the_environment():
 
     cfg = load_config("demo")
     kwargs = cfg.env_make_kwargs()
-    assert kwargs["max_steps"] == cfg.max_steps == 10 and "max_steps" not in cfg.env_kwargs
-    env = gym.make(cfg.env_id, **kwargs)
+    assert kwargs["max_steps"] == cfg.env.max_steps == 10 and "max_steps" not in cfg.env.env_kwargs
+    env = gym.make(cfg.env.env_id, **kwargs)
     _, info = env.reset(seed=0, options={"task": 0, "split": "generated"})
     assert info["remaining_steps"] == 10
     env.close()

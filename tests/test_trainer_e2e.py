@@ -46,10 +46,10 @@ def _overrides(tmp_path: Path, name: str, extra: list[str]) -> list[str]:
 
 def _check_run(run: Path, cfg, all_rows: bool = True) -> list:
     trajs = load_jsonl(run / "rollouts" / "update_00001.jsonl")
-    assert len(trajs) == cfg.groups_per_update * cfg.group_size
+    assert len(trajs) == cfg.rollout.groups_per_update * cfg.rollout.group_size
     # validation episodes are kept too, one per validation task and evaluation
-    assert [len(load_jsonl(run / "rollouts" / f"eval_{u:05d}.jsonl")) for u in (0, 1)] == [cfg.val_tasks] * 2
-    assert sorted({t.slot for t in trajs}) == list(range(cfg.group_size))
+    assert [len(load_jsonl(run / "rollouts" / f"eval_{u:05d}.jsonl")) for u in (0, 1)] == [cfg.schedule.val_tasks] * 2
+    assert sorted({t.slot for t in trajs}) == list(range(cfg.rollout.group_size))
     records = read_metrics(run)
     train = [r for r in records if r["phase"] == "train"]
     evals = [r for r in records if r["phase"] == "eval"]
@@ -81,8 +81,8 @@ def test_one_update_choose_mode_webshop(tmp_path):
     assert train["opt/pairs_colocated"] == train["opt/pairs"]
     # the update rule's record: KL(old → new) within the trust region, ‖Δθ‖, epochs, backtracks, RMS
     if train["opt/rows"]:
-        assert 0.0 <= train["opt/kl"] <= cfg.target_kl and train["opt/delta_norm"] >= 0.0
-        assert 1 <= train["opt/epochs_run"] <= cfg.ppo_epochs and train["opt/backtracks"] >= 0
+        assert 0.0 <= train["opt/kl"] <= cfg.update.target_kl and train["opt/delta_norm"] >= 0.0
+        assert 1 <= train["opt/epochs_run"] <= cfg.update.ppo_epochs and train["opt/backtracks"] >= 0
         assert 0.0 <= train["opt/clip_fraction"] <= 1.0 and train["opt/adv_rms"] >= 0.0 <= train["opt/adv_rms_scaled"]
 
 
@@ -92,7 +92,7 @@ def test_one_update_generate_mode_webshop_with_lora(tmp_path):
                                                           "lora=true", "lora_r=4", "kl_coef=0.01",
                                                           "estimator=grpo", "env_workers=2"]))
     trainer = Trainer(cfg)
-    assert trainer.pool.timeout == cfg.env_timeout == 600.0  # a worker that never answers stops the run
+    assert trainer.pool.timeout == cfg.env.env_timeout == 600.0  # a worker that never answers stops the run
     before = {k: v.clone() for k, v in trainer.policy.unwrapped.named_parameters() if "lora_B" in k}
     summary = trainer.train()
     trajs = _check_run(Path(summary["run_dir"]), cfg)

@@ -44,7 +44,7 @@ def _training_success(tmp_path: Path, rl: bool) -> list[float]:
         f"rl_update={'true' if rl else 'false'}", f"output_dir={tmp_path}", f"run_name={'rl' if rl else 'control'}",
     ])
     Trainer(cfg).train()
-    (run,) = [p for p in tmp_path.iterdir() if p.name.startswith(cfg.run_name)]
+    (run,) = [p for p in tmp_path.iterdir() if p.name.startswith(cfg.output.run_name)]
     train = [r for r in read_metrics(run) if r["phase"] == "train"]
     assert [r["update"] for r in train] == list(range(1, UPDATES + 1))
     return [r["train/success"] for r in train]

@@ -39,7 +39,7 @@ def _hand_batch():
 
 def test_task_loss_matches_hand_computation():
     logp, old, ref, ent, adv, mask = _hand_batch()
-    loss, stats = task_loss(logp, old, ref, ent, adv, mask, clip_ratio=0.2, dual_clip=3.0,
+    loss, stats = task_loss(logp, old, ref, ent, adv, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0,
                             kl_coef=0.01, kl_clip=10.0, entropy_coef=0.001)
     # policy term, ℓ_clip = max(−ρA, −clip(ρ, 0.8, 1.2)A), dual clip min(ℓ_clip, −3A) for A<0:
     #   row 0 (A=+1): ρ=1.5 → max(−1.5, −1.2) = −1.2 ; ρ=0.5 → max(−0.5, −0.8) = −0.5

@@ -55,7 +55,7 @@ def _choice_logsm(t: Trainer, rows: list[TrainRow]) -> list[torch.Tensor]:
     with torch.no_grad():
         scores = score_candidates(t.policy.unwrapped, [r.prompt_ids for r in rows], [r.candidates for r in rows],
                                   pad_id=t.policy.tokenizer.pad_token_id)
-    return [torch.log_softmax(s.double() / t.cfg.temperature, dim=0) for s in scores]
+    return [torch.log_softmax(s.double() / t.cfg.rollout.temperature, dim=0) for s in scores]
 
 
 @pytest.mark.parametrize("mode", ["choose", "generate"])
@@ -69,7 +69,7 @@ def test_all_zero_advantages_leave_the_weights_bit_identical(tmp_path, mode):
         stats = t.optimize(_rows([0.0, 1e-19, -1e-12, 0.0], loss), [], update=0)
         assert weights_digest(t.policy.unwrapped) == before
         assert stats["delta_norm"] == 0.0 and stats["kl"] == 0.0 and stats["adv_rms_scaled"] == 0.0
-        assert stats["epochs_run"] == t.cfg.ppo_epochs  # nothing stopped it: it just had nothing to do
+        assert stats["epochs_run"] == t.cfg.update.ppo_epochs  # nothing stopped it: it just had nothing to do
         # the control: the same rows with a signal do move the weights
         t.optimize(_rows([1.0, -1.0, 0.5, 0.0], loss), [], update=1)
         assert weights_digest(t.policy.unwrapped) != before
@@ -146,7 +146,7 @@ def _torch_loss(logp, old, ref, ent, adv, pairs, cfg: ObjectiveConfig):
 
     mask = torch.ones((len(logp), 1))
     loss, _ = task_loss(lp[:, None], col(old), col(ref), en[:, None], torch.tensor(adv, dtype=torch.float64), mask,
-                        clip_ratio=cfg.clip_low, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef, kl_clip=cfg.kl_clip,
+                        clip_low=cfg.clip_low, clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, kl_coef=cfg.kl_coef, kl_clip=cfg.kl_clip,
                         entropy_coef=cfg.entropy_coef)
     if pairs:
         loss = loss + cfg.pair_coef * pair_loss(response_deltas(lp[:, None], col(old), mask), pairs, len(logp))

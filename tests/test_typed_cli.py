@@ -5,6 +5,7 @@ choices come from ``Literal`` types, and nothing is copied by hand."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -13,6 +14,7 @@ from trainers.arena.command import ArenaCommand
 from trainers.arena.runner import ENV_PRESETS, ArenaConfig, ArenaEnv
 from trainers.arena_cli import parse_arena_args
 from trainers.config import ConfigError, TrainConfig, field_choices, load_config
+from trainers.settings import ObjectiveConfig, Rollouts, Schedule, Updates, WarmStart, flatten
 from trainers.train_cli import parse_train_args
 
 
@@ -27,11 +29,16 @@ def _help(capsys: pytest.CaptureFixture[str], parse: typing.Callable[[list[str]]
     return " ".join(capsys.readouterr().out.split())  # rich wraps lines; compare on words
 
 
-def test_train_help_has_a_flag_and_the_help_text_of_every_field(capsys):
+def test_train_help_has_a_flag_and_the_help_text_of_every_field_grouped_by_section(capsys):
     text = _help(capsys, parse_train_args, ["demo"])
-    for f in dataclasses.fields(TrainConfig):
-        assert _flag(f.name) in text, f.name
-        assert " ".join(f.metadata["help"].split()[:4]) in text, f.name  # its help text
+    sections = [f.name for f in dataclasses.fields(TrainConfig)]
+    headings = [re.search(rf"(?<![\w-]){name.replace('_', '-')} options", text).start() for name in sections]
+    assert headings == sorted(headings)  # one group per section, in the dataclass's order
+    for name, start, end in zip(sections, headings, [*headings[1:], len(text)]):
+        block = text[start:end]
+        for f in dataclasses.fields(getattr(TrainConfig(), name)):
+            assert re.search(re.escape(_flag(f.name)) + r"[ ,]", block), f.name  # flat flag, in its group
+            assert " ".join(f.metadata["help"].split()[:4]) in block, f.name  # its help text
     assert "{generate,choose}" in text  # choices from the Literal type
 
 
@@ -42,18 +49,18 @@ def test_train_flags_set_every_kind_of_field_over_the_preset():
         "--env-kwargs", "{catalogue: generated}", "--mixed-precision", "no", "-o", "out",
     ])
     assert run_dir is None
-    assert (cfg.preset, cfg.estimator, cfg.updates, cfg.lora, cfg.progress) == ("webshop", "mcgpo", 7, True, False)
-    assert cfg.lora_target_modules == ["q_proj", "v_proj"] and cfg.estimator_params == {"gamma": 0.9}
-    assert cfg.env_kwargs == {"catalogue": "generated"} and cfg.mixed_precision == "no" and cfg.output_dir == "out"
+    assert (cfg.output.preset, cfg.credit.estimator, cfg.schedule.updates, cfg.policy.lora, cfg.output.progress) == ("webshop", "mcgpo", 7, True, False)
+    assert cfg.policy.lora_target_modules == ["q_proj", "v_proj"] and cfg.credit.estimator_params == {"gamma": 0.9}
+    assert cfg.env.env_kwargs == {"catalogue": "generated"} and cfg.policy.mixed_precision == "no" and cfg.output.output_dir == "out"
     # everything not given is the preset's
     preset = load_config("webshop")
-    assert (cfg.group_size, cfg.max_steps, cfg.learning_rate) == (preset.group_size, preset.max_steps, preset.learning_rate)
+    assert (cfg.rollout.group_size, cfg.env.max_steps, cfg.update.learning_rate) == (preset.rollout.group_size, preset.env.max_steps, preset.update.learning_rate)
 
 
 def test_train_resume_starts_from_the_run_folder_config(tmp_path):
     load_config("demo", ["updates=9", "estimator=rloo", "estimator_params={}"]).save(tmp_path / "config.yaml")
     cfg, run_dir = parse_train_args(["--resume", str(tmp_path), "--updates", "12"])
-    assert run_dir == tmp_path and (cfg.estimator, cfg.updates) == ("rloo", 12)
+    assert run_dir == tmp_path and (cfg.credit.estimator, cfg.schedule.updates) == ("rloo", 12)
     with pytest.raises(ConfigError, match="no config.yaml"):
         parse_train_args(["--resume", str(tmp_path / "missing")])
 
@@ -66,8 +73,12 @@ def test_train_bad_flags_exit_2_and_old_overrides_say_what_to_write(capsys):
         parse_train_args(["demo", "--no-such-field", "1"])
     with pytest.raises(ConfigError, match="--estimator mcgpo"):
         parse_train_args(["demo", "estimator=mcgpo"])
-    with pytest.raises(ConfigError, match="dual_clip must be > 1"):  # the dataclass's own validation
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # the section's own validation, named by tyro
         parse_train_args(["demo", "--dual-clip", "0.5"])
+    assert exit_info.value.code == 2 and "dual_clip must be a number > 1; got 0.5" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="group_size must be an integer ≥ 2; got 1"):  # validated after parsing
+        parse_train_args(["demo", "--group-size", "1"])
 
 
 def test_literal_choices_are_what_validation_checks():
@@ -79,8 +90,8 @@ def test_literal_choices_are_what_validation_checks():
 
 def test_arena_help_has_a_flag_for_every_setting_and_option(capsys):
     text = _help(capsys, parse_arena_args, [])
-    for f in dataclasses.fields(ArenaConfig):
-        assert _flag(f.name) in text, f.name
+    for name in flatten(ArenaConfig()):
+        assert _flag(name) in text, name
     for f in dataclasses.fields(ArenaCommand):
         if f.name not in ("setting", "list_methods"):
             assert _flag(f.name) in text, f.name
@@ -88,13 +99,36 @@ def test_arena_help_has_a_flag_for_every_setting_and_option(capsys):
     assert typing.get_args(ArenaEnv) == tuple(ENV_PRESETS)  # the env choices are the presets
 
 
+def test_the_trainer_and_the_arena_share_one_name_help_and_bound_per_common_knob(capsys):
+    shared = {"rollout": Rollouts, "objective": ObjectiveConfig, "update": Updates, "warm_start": WarmStart,
+              "schedule": Schedule}
+    for section, cls in shared.items():
+        assert isinstance(getattr(TrainConfig(), section), cls) and isinstance(getattr(ArenaConfig(), section), cls)
+    arena_help = _help(capsys, parse_arena_args, [])
+    train_help = _help(capsys, parse_train_args, ["demo"])
+    for cls in shared.values():
+        for f in dataclasses.fields(cls):
+            for text in (arena_help, train_help):
+                assert _flag(f.name) in text and " ".join(f.metadata["help"].split()[:5]) in text, f.name
+    # the names each used before the sections are flags of both (and read from old files)
+    for old in ("--lr", "--epochs", "--tasks-per-update", "--eval-temperature", "--warm-start"):
+        assert old in arena_help and old in train_help, old
+    cmd = parse_arena_args(["--env", "webshop", "--lr", "3", "--epochs", "2", "--eval-temperature", "0"])
+    cfg, _ = parse_train_args(["demo", "--learning-rate", "3", "--ppo-epochs", "2"])
+    assert (cmd.setting.update.learning_rate, cmd.setting.update.ppo_epochs) == (cfg.update.learning_rate, cfg.update.ppo_epochs) == (3.0, 2)
+    with pytest.raises(ValueError, match="group_size must be an integer ≥ 2; got 1"):
+        ArenaConfig.of(group_size=1)
+    with pytest.raises(ConfigError, match="group_size must be an integer ≥ 2; got 1"):
+        load_config("demo", ["group_size=1"])
+
+
 def test_arena_flags_start_from_the_env_defaults():
     cmd = parse_arena_args(["--env", "webshop", "--estimators", "grpo", "-P", "2", "-G", "4", "--no-rl",
                             "--scorer", "auto", "--estimator-params", "{gamma: 0.5}", "-j", "1", "-o", "x"])
     web = ArenaConfig.for_env("webshop")
     s = cmd.setting
-    assert (s.env, s.tasks_per_update, s.group_size, s.rl, s.scpo_scorer) == ("webshop", 2, 4, False, "auto")
-    assert s.estimator_params == {"gamma": 0.5} and (s.updates, s.train_tasks) == (web.updates, web.train_tasks)
+    assert (s.env, s.rollout.groups_per_update, s.rollout.group_size, s.update.rl_update, s.scpo_scorer) == ("webshop", 2, 4, False, "auto")
+    assert s.estimator_params == {"gamma": 0.5} and (s.schedule.updates, s.schedule.train_tasks) == (web.schedule.updates, web.schedule.train_tasks)
     assert (cmd.estimators, cmd.workers, str(cmd.output_dir), cmd.seeds) == ("grpo", 1, "x", None)
     # the ALFWorld setting's defaults differ (the same flags, another starting point)
     alf = parse_arena_args(["-e", "alfworld-generated"]).setting

@@ -85,12 +85,12 @@ class RolloutSettings:
     def from_config(cls, cfg: Any, *, temperature: float | None = None) -> RolloutSettings:
         """Take the matching fields of a :class:`~trainers.config.TrainConfig`."""
         return cls(
-            action_mode=cfg.action_mode, prompt_style=cfg.prompt_style, history_length=cfg.history_length,
-            list_actions=cfg.list_actions, compact_prompt=cfg.compact_prompt, system_prompt=cfg.system_prompt,
-            max_prompt_tokens=cfg.max_prompt_tokens,
-            max_response_tokens=cfg.max_response_tokens, max_steps=cfg.max_steps,
-            temperature=cfg.temperature if temperature is None else temperature, top_p=cfg.top_p,
-            batch_rows=cfg.rollout_batch_size,
+            action_mode=cfg.prompt.action_mode, prompt_style=cfg.prompt.prompt_style, history_length=cfg.prompt.history_length,
+            list_actions=cfg.prompt.list_actions, compact_prompt=cfg.prompt.compact_prompt, system_prompt=cfg.prompt.system_prompt,
+            max_prompt_tokens=cfg.prompt.max_prompt_tokens,
+            max_response_tokens=cfg.prompt.max_response_tokens, max_steps=cfg.env.max_steps,
+            temperature=cfg.rollout.temperature if temperature is None else temperature, top_p=cfg.rollout.top_p,
+            batch_rows=cfg.rollout.rollout_batch_size,
         )
 
 

@@ -3,7 +3,7 @@
 Task loss per response token, with ρ = π_θ/π_old and the row's advantage A broadcast to
 its response tokens:
 
-    ℓ_clip = max(−ρA, −clip(ρ, 1−ε, 1+ε)A)
+    ℓ_clip = max(−ρA, −clip(ρ, 1−ε_low, 1+ε_high)A)
     ℓ      = min(ℓ_clip, −c·A)  if A < 0  else ℓ_clip          (dual clip, c = 3)
     K̂      = clip(e^v − v − 1, −10, 10),  v = log π_ref − log π_θ   (k3 KL estimate)
     L_task = ⟨ℓ + β·K̂ − η·H(π_θ)⟩  (masked token mean; β = 0.01, η = 0.001)
@@ -67,7 +67,8 @@ def task_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
-    clip_ratio: float = 0.2,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
     dual_clip: float = 3.0,
     kl_coef: float = 0.01,
     kl_clip: float = 10.0,
@@ -91,7 +92,7 @@ def task_loss(
     log_ratio = torch.where(mask.bool(), logp - old_logp, torch.zeros_like(logp))
     ratio = torch.exp(log_ratio)
     l_unclipped = -adv * ratio
-    l_clipped = -adv * torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
+    l_clipped = -adv * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     l_clip = torch.maximum(l_unclipped, l_clipped)
     l_dual = torch.minimum(l_clip, -dual_clip * adv)
     per_token = torch.where(adv < 0, l_dual, l_clip)

@@ -129,9 +129,29 @@ def setting_id(source: str, env: Any, config: Mapping[str, Any]) -> str:
     """Six hex digits naming a setting: ``source``, ``env`` and ``config`` without the fields
     that only name, place or pace a run (its method and seed among them)."""
     skip = _NOT_SETTING.get(source, frozenset())
-    kept = {k: v for k, v in (config or {}).items() if k not in skip}
+    kept = {k: v for k, v in flat_config(source, config or {}).items() if k not in skip}
     text = json.dumps([source, env, kept], sort_keys=True, default=str)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:6]
+
+
+def flat_config(source: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's recorded configuration as ``{setting: value}`` under today's names, whether it was
+    written by section or flat (before the sections): the trainer's
+    (:func:`trainers.config.flat_settings`) or the arena's (:meth:`ArenaConfig.recorded`, which
+    also supplies the values older runs used for settings added since)."""
+    try:
+        if source == "trainer":
+            from trainers.config import flat_settings
+
+            return flat_settings(dict(config))
+        if source == "arena":
+            from trainers.arena.runner import ArenaConfig
+            from trainers.settings import flatten
+
+            return flatten(ArenaConfig.recorded(config))
+    except (ValueError, TypeError):
+        pass  # written by another version: compared as recorded
+    return dict(config)
 
 
 def readouts(evals: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -176,9 +196,10 @@ def _identity(run_dir: Path, records: Sequence[Mapping[str, Any]]) -> dict[str, 
         import yaml
 
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
-        est = str(cfg.get("estimator", "?"))
-        return {"source": "trainer", "env": cfg.get("env_id"), "estimator": est, "variant": "", "method": est,
-                "seed": int(cfg.get("seed", 0)), "config": cfg, "identity": {}}
+        flat = flat_config("trainer", cfg)
+        est = str(flat.get("estimator", "?"))
+        return {"source": "trainer", "env": flat.get("env_id"), "estimator": est, "variant": "", "method": est,
+                "seed": int(flat.get("seed", 0)), "config": cfg, "identity": {}}
     match = RUN_DIR_PATTERN.match(run_dir.name)
     if match:
         cfg: dict[str, Any] = {}

@@ -68,7 +68,7 @@ def _check_env(cfg: Any) -> None:
     import agent_envs  # noqa: F401  (registers the rubricgym ids)
     from trainers.config import ConfigError
 
-    env_id, env_kwargs = cfg.env_id, cfg.env_kwargs
+    env_id, env_kwargs = cfg.env.env_id, cfg.env.env_kwargs
     try:
         gym.make(env_id, **cfg.env_make_kwargs()).close()
     except gym.error.Error as exc:

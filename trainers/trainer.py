@@ -155,8 +155,8 @@ def busy_cores(interval: float = 0.25, stat: str = "/proc/stat") -> float | None
 
 
 def _mixed_precision(cfg: TrainConfig) -> str:
-    if cfg.mixed_precision != "auto":
-        return cfg.mixed_precision
+    if cfg.policy.mixed_precision != "auto":
+        return cfg.policy.mixed_precision
     if torch.cuda.is_available():
         return "bf16" if torch.cuda.is_bf16_supported() else "no"
     return "bf16" if _cpu_has_amx_bf16() else "no"
@@ -180,7 +180,7 @@ class Trainer:
         resume: Continue from the newest complete checkpoint in ``run_dir`` (starts fresh
             when there is none).
         stop_after: Stop after this many updates in this call (tests use it to simulate an
-            interrupted run); ``None`` = run to ``cfg.updates``.
+            interrupted run); ``None`` = run to ``cfg.schedule.updates``.
     """
 
     def __init__(self, cfg: TrainConfig, run_dir: str | os.PathLike[str] | None = None, *,
@@ -199,10 +199,10 @@ class Trainer:
         self.rank, self.world = acc.process_index, acc.num_processes
         self._build_tasks()  # first: missing games or a bad split end the run before it has a folder
         self._build_run_dir(run_dir, resume)
-        set_seed(cfg.seed)
+        set_seed(cfg.schedule.seed)
         self._build_model()
         self._build_rollouts()
-        self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, enabled=acc.is_main_process)
+        self.metrics = MetricsLogger(self.run_dir, tensorboard=cfg.output.tensorboard, enabled=acc.is_main_process)
         self.start_update = 0
         self.phase_seconds: dict[str, float] = {"eval": 0.0, "rollout": 0.0, "credit": 0.0, "optimize": 0.0, "checkpoint": 0.0}
         self.eval_history: list[dict[str, Any]] = []
@@ -218,8 +218,8 @@ class Trainer:
         """The run folder (agreed by every process), its config, and the torch threads."""
         cfg, acc = self.cfg, self.accelerator
         if run_dir is None:
-            name = cfg.run_name or f"{cfg.preset or 'run'}-{cfg.estimator}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-            run_dir = Path(cfg.output_dir) / name
+            name = cfg.output.run_name or f"{cfg.output.preset or 'run'}-{cfg.credit.estimator}-s{cfg.schedule.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+            run_dir = Path(cfg.output.output_dir) / name
             if self.world > 1:  # every process must agree on the folder
                 run_dir = Path(_broadcast(acc, str(run_dir)))
         self.run_dir = Path(run_dir)
@@ -231,7 +231,7 @@ class Trainer:
             cfg.save(self.run_dir / "config.yaml")
         acc.wait_for_everyone()
         if not torch.cuda.is_available():
-            torch.set_num_threads(cpu_threads(cfg.torch_threads))
+            torch.set_num_threads(cpu_threads(cfg.policy.torch_threads))
         log.info("torch threads: %d", torch.get_num_threads())
 
     def _build_tasks(self) -> None:
@@ -239,10 +239,10 @@ class Trainer:
         (:func:`agent_envs.tasks.train_val_tasks`: the pool first, the validation tasks next,
         held out of it when both come from one split)."""
         cfg = self.cfg
-        with _task_env(cfg.env_id, cfg.env_make_kwargs()) as env:
+        with _task_env(cfg.env.env_id, cfg.env_make_kwargs()) as env:
             try:
                 self.train_task_ids, self.val_task_ids = train_val_tasks(
-                    env, cfg.train_split, cfg.val_split, train_n=cfg.train_tasks, val_n=cfg.val_tasks)
+                    env, cfg.env.train_split, cfg.env.val_split, train_n=cfg.schedule.train_tasks, val_n=cfg.schedule.val_tasks)
             except ValueError as exc:
                 raise ConfigError(f"train_tasks/val_tasks: {exc}") from None
 
@@ -250,58 +250,58 @@ class Trainer:
         """The trained policy (model, tokenizer, KL reference, SGD optimiser, rollout copy),
         the schedule and the update rule."""
         cfg, acc = self.cfg, self.accelerator
-        model, tok = load_policy(cfg.model, seed=cfg.seed, dtype=cfg.dtype)
-        if cfg.gradient_checkpointing:
+        model, tok = load_policy(cfg.policy.model, seed=cfg.schedule.seed, dtype=cfg.policy.dtype)
+        if cfg.policy.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         ref_model = None
-        if cfg.trainable_layers:
+        if cfg.policy.trainable_layers:
             try:
-                n_train = train_top_layers(model, cfg.trainable_layers)
+                n_train = train_top_layers(model, cfg.policy.trainable_layers)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-            log.info("training the top %d blocks: %.1fM of %.1fM parameters", cfg.trainable_layers, n_train / 1e6,
+            log.info("training the top %d blocks: %.1fM of %.1fM parameters", cfg.policy.trainable_layers, n_train / 1e6,
                      sum(p.numel() for p in model.parameters()) / 1e6)
-        if cfg.lora:
-            model = apply_lora(model, r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout,
-                               target_modules=cfg.lora_target_modules)
-        elif cfg.kl_coef > 0:
+        if cfg.policy.lora:
+            model = apply_lora(model, r=cfg.policy.lora_r, alpha=cfg.policy.lora_alpha, dropout=cfg.policy.lora_dropout,
+                               target_modules=cfg.policy.lora_target_modules)
+        elif cfg.objective.kl_coef > 0:
             ref_model = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
         params = [p for p in model.parameters() if p.requires_grad]
         # plain SGD (no momentum, no Adam: the step is proportional to the gradient, so
         # advantages that are all 0 leave the weights alone); the trust region bounds each update
-        optimizer = torch.optim.SGD(params, lr=cfg.learning_rate, momentum=0.0, weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.SGD(params, lr=cfg.update.learning_rate, momentum=0.0, weight_decay=cfg.update.weight_decay)
         from transformers import get_scheduler
 
         # the schedule counts updates (the trust region decides how many SGD steps each takes)
-        self.scheduler = get_scheduler(cfg.lr_schedule, optimizer, num_warmup_steps=cfg.warmup_updates,
-                                       num_training_steps=cfg.updates)
+        self.scheduler = get_scheduler(cfg.update.lr_schedule, optimizer, num_warmup_steps=cfg.update.warmup_updates,
+                                       num_training_steps=cfg.schedule.updates)
         self.update_rule = cfg.update_rule()
         self.adv_scaler = AdvantageScaler.from_config(self.update_rule)
         model, optimizer = acc.prepare(model, optimizer)
         acc.register_for_checkpointing(self.scheduler)
-        self.policy = TrainablePolicy(acc, model, optimizer, tok, loss_unit=cfg.loss_unit(cfg.rl_loss),
-                                      temperature=cfg.temperature, logprob_batch_rows=cfg.logprob_batch_rows,
-                                      lora=bool(cfg.lora), ref_model=ref_model)
-        bf16_rollouts = cfg.rollout_dtype == "bfloat16" or (
-            cfg.rollout_dtype == "auto" and acc.device.type == "cpu" and _mixed_precision(cfg) == "bf16")
+        self.policy = TrainablePolicy(acc, model, optimizer, tok, loss_unit=cfg.loss_unit(cfg.credit.rl_loss),
+                                      temperature=cfg.rollout.temperature, logprob_batch_rows=cfg.update.logprob_batch_rows,
+                                      lora=bool(cfg.policy.lora), ref_model=ref_model)
+        bf16_rollouts = cfg.policy.rollout_dtype == "bfloat16" or (
+            cfg.policy.rollout_dtype == "auto" and acc.device.type == "cpu" and _mixed_precision(cfg) == "bf16")
         if bf16_rollouts:
             self.policy.rollout_model = copy.deepcopy(self.policy.unwrapped).to(torch.bfloat16).eval().requires_grad_(False)
-        self.backend = make_backend(cfg.backend, self.policy.acting, tok, batch_size=cfg.rollout_batch_size)
+        self.backend = make_backend("transformers", self.policy.acting, tok, batch_size=cfg.rollout.rollout_batch_size)
 
     def _build_rollouts(self) -> None:
         """Loss unit, estimator and the environment pool of this process's groups."""
         cfg = self.cfg
         from wrappers.credit import get_estimator
 
-        self.estimator = get_estimator(cfg.estimator, **cfg.estimator_params)
-        self.groups_here = len(range(self.rank, cfg.groups_per_update, self.world))
-        env: Any = cfg.env_id
-        if cfg.rubric_shaping:
+        self.estimator = get_estimator(cfg.credit.estimator, **cfg.credit.estimator_params)
+        self.groups_here = len(range(self.rank, cfg.rollout.groups_per_update, self.world))
+        env: Any = cfg.env.env_id
+        if cfg.credit.rubric_shaping:
             from wrappers.shaping import make_shaped
 
-            env = functools.partial(make_shaped, cfg.env_id, cfg.rubric_shaping, **cfg.env_make_kwargs())
-        self.pool = EnvPool(env, cfg.env_make_kwargs(), max(1, self.groups_here * cfg.group_size), workers=cfg.env_workers,
-                            timeout=(cfg.env_timeout or None) if cfg.env_workers else None)
+            env = functools.partial(make_shaped, cfg.env.env_id, cfg.credit.rubric_shaping, **cfg.env_make_kwargs())
+        self.pool = EnvPool(env, cfg.env_make_kwargs(), max(1, self.groups_here * cfg.rollout.group_size), workers=cfg.env.env_workers,
+                            timeout=(cfg.env.env_timeout or None) if cfg.env.env_workers else None)
 
     def _resume(self) -> None:
         """Continue from the run folder's last complete checkpoint, if there is one."""
@@ -322,7 +322,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ helpers
     def _seed_for(self, *parts: int) -> int:
-        return int(np.random.SeedSequence([self.cfg.seed, *parts]).generate_state(1)[0])
+        return int(np.random.SeedSequence([self.cfg.schedule.seed, *parts]).generate_state(1)[0])
 
     def sample_tasks(self, update: int) -> list[TaskRef]:
         """The P tasks of ``update``: the training tasks are dealt in passes, each pass a
@@ -330,13 +330,13 @@ class Trainer:
         pass (independent draws left some never drawn in a short run).  A pure function of
         seed and update: the sampler's state is the update counter, which checkpoints store."""
         cfg = self.cfg
-        n, p = len(self.train_task_ids), cfg.groups_per_update
+        n, p = len(self.train_task_ids), cfg.rollout.groups_per_update
         refs = []
         for g in range(p):
             slot = update * p + g
-            order = np.random.default_rng([cfg.seed, 7, slot // n]).permutation(n)
+            order = np.random.default_rng([cfg.schedule.seed, 7, slot // n]).permutation(n)
             k = int(order[slot % n])
-            refs.append(TaskRef(self.train_task_ids[k], cfg.train_split, self._seed_for(1, update, g)))
+            refs.append(TaskRef(self.train_task_ids[k], cfg.env.train_split, self._seed_for(1, update, g)))
         return refs
 
     def _rollout(self, tasks: list[TaskRef], group_size: int, temperature: float, seed: int):
@@ -359,9 +359,9 @@ class Trainer:
         scaled = np.array([r.advantage for r in rows], dtype=np.float64)
         n_all = _all_sum(self.accelerator, [float(len(rows))])[0]
         out: dict[str, float] = {}
-        if cfg.rl_update and n_all > 0:
-            ref = self.policy.logprobs(rows, reference=True) if cfg.kl_coef > 0 else None
-            ops = TrainerOps(self.policy, cfg, rows, pairs, ref, np.random.default_rng([cfg.seed, 11, update]))
+        if cfg.update.rl_update and n_all > 0:
+            ref = self.policy.logprobs(rows, reference=True) if cfg.objective.kl_coef > 0 else None
+            ops = TrainerOps(self.policy, cfg, rows, pairs, ref, np.random.default_rng([cfg.schedule.seed, 11, update]))
             out["logprob_s"] = time.perf_counter() - t0
             out.update(trust_region_update(ops, self.update_rule))
             out["pairs_colocated"] = float(ops.colocated / max(1.0, out["epochs_run"]))
@@ -389,15 +389,15 @@ class Trainer:
         """Roll out, compute credit, optimise; return this update's (gathered) metrics."""
         cfg, acc = self.cfg, self.accelerator
         tasks = self.sample_tasks(update)[self.rank::self.world]
-        result = self._rollout(tasks, cfg.group_size, cfg.temperature, self._seed_for(2, update, self.rank))
+        result = self._rollout(tasks, cfg.rollout.group_size, cfg.rollout.temperature, self._seed_for(2, update, self.rank))
         t0 = time.perf_counter()
         credits = self.estimator(result.groups)
         t_credit = time.perf_counter() - t0
-        rows, pairs = build_rows(result, credits, drop_zero_advantage=cfg.skip_zero_advantage_rows)
-        if cfg.max_train_rows:
-            rows, pairs = subsample_rows(rows, pairs, cfg.max_train_rows, np.random.default_rng([cfg.seed, 13, update, self.rank]))
+        rows, pairs = build_rows(result, credits, drop_zero_advantage=cfg.update.skip_zero_advantage_rows)
+        if cfg.update.max_train_rows:
+            rows, pairs = subsample_rows(rows, pairs, cfg.update.max_train_rows, np.random.default_rng([cfg.schedule.seed, 13, update, self.rank]))
         total_steps = sum(len(t.steps) for g in result.groups for t in g)
-        if cfg.save_rollouts:
+        if cfg.rollout.save_rollouts:
             suffix = "" if self.world == 1 else f".rank{self.rank}"
             save_jsonl(self.run_dir / "rollouts" / f"update_{update + 1:05d}{suffix}.jsonl",
                        [t for g in result.groups for t in g])
@@ -440,19 +440,19 @@ class Trainer:
         sampling seeds whenever it is called (so two calls differ only by the policy)."""
         cfg = self.cfg
         if training_games:
-            refs = [TaskRef(t, cfg.train_split, self._seed_for(6, k)) for k, t in enumerate(self.train_task_ids)]
+            refs = [TaskRef(t, cfg.env.train_split, self._seed_for(6, k)) for k, t in enumerate(self.train_task_ids)]
             refs, update = refs[self.rank::self.world], 0
         else:
-            refs = [TaskRef(t, cfg.val_split, self._seed_for(3, k)) for k, t in enumerate(self.val_task_ids)][self.rank::self.world]
+            refs = [TaskRef(t, cfg.env.val_split, self._seed_for(3, k)) for k, t in enumerate(self.val_task_ids)][self.rank::self.world]
         episodes = []
         played = []
         t0 = time.perf_counter()
         for s in range(0, len(refs), self.pool.n):
             chunk = refs[s:s + self.pool.n]
-            res = self._rollout(chunk, 1, cfg.val_temperature, self._seed_for(4, update, self.rank, s))
+            res = self._rollout(chunk, 1, cfg.rollout.val_temperature, self._seed_for(4, update, self.rank, s))
             episodes += [{"success": g[0].success, "score": g[0].score, **m[0]} for g, m in zip(res.groups, res.meta)]
             played += [g[0] for g in res.groups]
-        if cfg.save_rollouts and played:
+        if cfg.rollout.save_rollouts and played:
             suffix = "" if self.world == 1 else f".rank{self.rank}"
             save_jsonl(self.run_dir / "rollouts" / f"{tag}_{update:05d}{suffix}.jsonl", played)
         all_eps = [e for part in _gather(self.accelerator, episodes) for e in part]
@@ -465,20 +465,20 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Run (or continue) training; return the final summary (also written to the run folder)."""
         cfg, acc = self.cfg, self.accelerator
-        progress = _Progress(enabled=cfg.progress and acc.is_main_process, total=cfg.updates, start=self.start_update)
+        progress = _Progress(enabled=cfg.output.progress and acc.is_main_process, total=cfg.schedule.updates, start=self.start_update)
         t_start = time.perf_counter()
         cpu_start = time.process_time()
         try:
             if self.start_update == 0 and not self.eval_history:  # the run's identity (trainers.metrics)
-                self.metrics.log(0, "run", run_identity("trainer", cfg.env_id, cfg.estimator, "", cfg.seed, cfg.to_dict()))
-            if self.start_update == 0 and cfg.eval_at_start and not self.eval_history:
+                self.metrics.log(0, "run", run_identity("trainer", cfg.env.env_id, cfg.credit.estimator, "", cfg.schedule.seed, cfg.to_dict()))
+            if self.start_update == 0 and cfg.schedule.eval_at_start and not self.eval_history:
                 progress.phase(f"validation before training ({len(self.val_task_ids)} tasks)")
                 self._eval_and_log(0)
-            if self.start_update == 0 and cfg.warm_start_tasks:
-                progress.phase(f"warm start: behaviour cloning of {cfg.warm_start_tasks} walkthroughs")
+            if self.start_update == 0 and cfg.warm_start.warm_start_tasks:
+                progress.phase(f"warm start: behaviour cloning of {cfg.warm_start.warm_start_tasks} walkthroughs")
                 self.warm_start()
-            end = cfg.updates if self.stop_after is None else min(cfg.updates, self.start_update + self.stop_after)
-            if self.start_update == 0 and cfg.eval_train_games:
+            end = cfg.schedule.updates if self.stop_after is None else min(cfg.schedule.updates, self.start_update + self.stop_after)
+            if self.start_update == 0 and cfg.schedule.eval_train_games:
                 progress.phase("training games before RL")
                 self._eval_training_games("before")
             for u in range(self.start_update, end):
@@ -488,14 +488,14 @@ class Trainer:
                 record["time/update_s"] = time.perf_counter() - t0
                 self.metrics.log(u + 1, "train", record)
                 done = u + 1
-                if done % cfg.eval_every == 0 or done == cfg.updates:
+                if done % cfg.schedule.eval_every == 0 or done == cfg.schedule.updates:
                     progress.phase(f"validation after update {done}")
                     self._eval_and_log(done)
-                if done % cfg.save_every == 0 or done == cfg.updates or done == end:
+                if done % cfg.schedule.save_every == 0 or done == cfg.schedule.updates or done == end:
                     progress.phase(f"checkpoint {done}")
                     self._checkpoint(done)
                 progress.advance(record.get("train/success", 0.0), self.eval_history[-1].get("success") if self.eval_history else None)
-            if end == cfg.updates and cfg.eval_train_games and "after" not in self.train_games_eval:
+            if end == cfg.schedule.updates and cfg.schedule.eval_train_games and "after" not in self.train_games_eval:
                 progress.phase("training games after RL")
                 self._eval_training_games("after")
             progress.phase("saving the policy and the report")
@@ -506,7 +506,7 @@ class Trainer:
             note = run_folder_note(self.run_dir) if acc.is_main_process else None
             if note:
                 log.warning(note)
-            if end == cfg.updates:  # finished: the end record (trainers.metrics)
+            if end == cfg.schedule.updates:  # finished: the end record (trainers.metrics)
                 self.metrics.log(end, "end", {"seconds": summary["seconds"], "cpu_seconds": sum(
                     c.get("trainer_s", 0.0) + c.get("env_workers_s", 0.0) for c in summary["cpu"] if c)})
         finally:
@@ -521,29 +521,29 @@ class Trainer:
         from trainers.warm_start import behaviour_clone, expert_rows
 
         cfg = self.cfg
-        ids = self.train_task_ids[: cfg.warm_start_tasks]  # the pool is in the fixed mixed order
+        ids = self.train_task_ids[: cfg.warm_start.warm_start_tasks]  # the pool is in the fixed mixed order
         n = len(ids)
-        refs = [TaskRef(t, cfg.train_split, self._seed_for(5, k)) for k, t in enumerate(ids)]
+        refs = [TaskRef(t, cfg.env.train_split, self._seed_for(5, k)) for k, t in enumerate(ids)]
         t0 = time.perf_counter()
         pol = self.policy
         rows = expert_rows(self.pool, pol.tokenizer, refs, RolloutSettings.from_config(cfg))
         stats = behaviour_clone(pol.model, self.accelerator, rows, pad_id=pol.pad_id,
-                                lr=cfg.warm_start_lr, epochs=cfg.warm_start_epochs, batch_rows=cfg.warm_start_batch_rows,
-                                micro_rows=cfg.micro_batch_rows, seed=cfg.seed, rank=self.rank, world=self.world,
-                                max_grad_norm=cfg.max_grad_norm, loss=cfg.loss_unit(cfg.warm_start_loss))
+                                lr=cfg.warm_start.warm_start_lr, epochs=cfg.warm_start.warm_start_epochs, batch_rows=cfg.warm_start.warm_start_batch_rows,
+                                micro_rows=cfg.update.micro_batch_rows, seed=cfg.schedule.seed, rank=self.rank, world=self.world,
+                                max_grad_norm=cfg.update.max_grad_norm, loss=cfg.loss_unit(cfg.warm_start.warm_start_loss))
         pol.sync_rollout_model()
         if pol.ref_model is not None:  # the KL reference is the policy RL starts from
             pol.ref_model.load_state_dict(pol.unwrapped.state_dict())
-        elif cfg.lora and cfg.kl_coef > 0:
+        elif cfg.policy.lora and cfg.objective.kl_coef > 0:
             log.warning("warm start with LoRA: the KL reference stays the base model (adapters disabled)")
         stats["tasks"] = float(n)
-        stats["choice_loss"] = float(cfg.loss_unit(cfg.warm_start_loss) == "choice")
+        stats["choice_loss"] = float(cfg.loss_unit(cfg.warm_start.warm_start_loss) == "choice")
         stats["seconds"] = time.perf_counter() - t0
         self.phase_seconds["warm_start"] = stats["seconds"]
         self.metrics.log(0, "warm_start", stats)
         log.info("warm start: %d rows from %d walkthroughs, NLL %.3f -> %.3f (%.0f s)", stats["rows"], n,
                  stats["nll_first"], stats["nll_last"], stats["seconds"])
-        if cfg.eval_after_warm_start and self.val_task_ids:
+        if cfg.warm_start.eval_after_warm_start and self.val_task_ids:
             res = self.evaluate(0, tag="eval_warm_start")
             stats["val_success"] = res.get("success", 0.0)
             self.metrics.log(0, "eval_warm_start", res)
@@ -553,9 +553,9 @@ class Trainer:
 
     def _eval_training_games(self, when: str) -> None:
         """Play every training game once (``eval_train_games``): ``when`` = before / after the RL phase."""
-        res = self.evaluate(0 if when == "before" else self.cfg.updates, tag=f"eval_train_{when}", training_games=True)
+        res = self.evaluate(0 if when == "before" else self.cfg.schedule.updates, tag=f"eval_train_{when}", training_games=True)
         self.train_games_eval[when] = res
-        self.metrics.log(0 if when == "before" else self.cfg.updates, f"eval_train_{when}", res)
+        self.metrics.log(0 if when == "before" else self.cfg.schedule.updates, f"eval_train_{when}", res)
         log.info("training games %s the RL phase: success %.3f (%d games)", when, res.get("success", 0.0), len(self.train_task_ids))
 
     def _eval_and_log(self, update: int) -> None:
@@ -564,7 +564,7 @@ class Trainer:
         self.metrics.log(update, "eval", res)
 
     def _checkpoint(self, update: int) -> None:
-        state = {"update": update, "sampler": {"kind": "shuffled-passes", "seed": self.cfg.seed, "next_update": update},
+        state = {"update": update, "sampler": {"kind": "shuffled-passes", "seed": self.cfg.schedule.seed, "next_update": update},
                  "eval_history": self.eval_history, "config": self.cfg.to_dict(),
                  "warm_start": self.warm_start_stats, "warm_start_eval": self.warm_start_eval,
                  "train_games_eval": self.train_games_eval,
@@ -572,7 +572,7 @@ class Trainer:
         t0 = time.perf_counter()
         save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
         if self.accelerator.is_main_process:
-            prune_checkpoints(self.run_dir / "checkpoints", self.cfg.keep_checkpoints)
+            prune_checkpoints(self.run_dir / "checkpoints", self.cfg.schedule.keep_checkpoints)
         self.phase_seconds["checkpoint"] += time.perf_counter() - t0
 
     def _summary(self, seconds: float, cpu: dict[str, float] | None = None) -> dict[str, Any]:
@@ -581,7 +581,7 @@ class Trainer:
         curve = [(h["update"], h["success"]) for h in self.eval_history if "success" in h]
         summary = {
             "run_dir": str(self.run_dir),
-            "updates": self.cfg.updates,
+            "updates": self.cfg.schedule.updates,
             "processes": self.world,
             "weights_identical_across_processes": len(set(digests)) == 1,
             "weights_digest": digests[0],

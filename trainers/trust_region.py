@@ -130,8 +130,8 @@ class TrainerOps:
 
     def epoch(self, index: int) -> dict[str, float]:
         pol, cfg, acc = self.policy, self.cfg, self.policy.accelerator
-        plan = plan_batches(len(self.rows), self.pairs, micro_rows=cfg.micro_batch_rows,
-                            mini_batches=cfg.mini_batches, rng=self.rng)
+        plan = plan_batches(len(self.rows), self.pairs, micro_rows=cfg.update.micro_batch_rows,
+                            mini_batches=cfg.update.mini_batches, rng=self.rng)
         counts = _all_max(acc, torch.tensor([len(m) for m in plan], device=acc.device))
         stats: dict[str, list[float]] = {}
         pol.model.train()
@@ -142,8 +142,8 @@ class TrainerOps:
                 sync = contextlib.nullcontext() if k == n_micro - 1 else acc.no_sync(pol.model)
                 with sync:
                     self._micro_step(micros[k] if k < len(micros) else None, mini_rows, stats)
-            if cfg.max_grad_norm > 0:
-                stats.setdefault("grad_norm", []).append(float(acc.clip_grad_norm_(pol.model.parameters(), cfg.max_grad_norm)))
+            if cfg.update.max_grad_norm > 0:
+                stats.setdefault("grad_norm", []).append(float(acc.clip_grad_norm_(pol.model.parameters(), cfg.update.max_grad_norm)))
             pol.optimizer.step()
             pol.optimizer.zero_grad(set_to_none=True)
         return {k: float(np.mean(v)) for k, v in stats.items() if v}
@@ -160,13 +160,13 @@ class TrainerOps:
         else:
             logp, ent, mask, old_lp, ref_lp, adv = pol.policy_terms(self.rows, idx, self.old, self.ref)
             weight = len(idx) / mini_rows
-            local_pairs = pairs_in(idx, self.pairs) if cfg.pair_coef > 0 else []
-        loss, st = task_loss(logp, old_lp, ref_lp, ent, adv, mask, clip_ratio=cfg.clip_ratio, dual_clip=cfg.dual_clip,
-                             kl_coef=cfg.kl_coef, kl_clip=cfg.kl_clip, entropy_coef=cfg.entropy_coef)
+            local_pairs = pairs_in(idx, self.pairs) if cfg.objective.pair_coef > 0 else []
+        loss, st = task_loss(logp, old_lp, ref_lp, ent, adv, mask, clip_low=cfg.objective.clip_low, clip_high=cfg.objective.clip_high, dual_clip=cfg.objective.dual_clip,
+                             kl_coef=cfg.objective.kl_coef, kl_clip=cfg.objective.kl_clip, entropy_coef=cfg.objective.entropy_coef)
         if local_pairs:
             self.colocated += len(local_pairs)
             lp = pair_loss(response_deltas(logp, old_lp, mask), local_pairs, len(idx))
-            loss = loss + cfg.pair_coef * lp
+            loss = loss + cfg.objective.pair_coef * lp
             stats.setdefault("pair_loss", []).append(float(lp.detach()))
         pol.accelerator.backward(loss * weight)
         if weight > 0:

@@ -6,7 +6,7 @@ prefix (``--lr``, ``--target-kl``...).  tyro generates the command line from it
 Example:
     >>> from trainers.arena_cli import parse_arena_args
     >>> cmd = parse_arena_args(["--env", "webshop", "--estimators", "grpo,rloo", "-P", "2", "--no-rl"])
-    >>> cmd.setting.env, cmd.setting.tasks_per_update, cmd.setting.rl, cmd.setting.updates, cmd.estimators
+    >>> cmd.setting.env, cmd.setting.rollout.groups_per_update, cmd.setting.update.rl_update, cmd.setting.schedule.updates, cmd.estimators
     ('webshop', 2, False, 60, 'grpo,rloo')
 """
 

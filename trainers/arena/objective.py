@@ -36,38 +36,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainers.settings import (
+    ObjectiveConfig,  # the objective's coefficients, shared with the trainer
+)
+
 __all__ = ["Adam", "LossTerms", "ObjectiveConfig", "decision_loss"]
-
-
-@dataclass(frozen=True)
-class ObjectiveConfig:
-    """Coefficients of the per-decision objective (SPEC §5 defaults).
-
-    Attributes:
-        clip_low: ε_low, the ratio is clipped below at 1 − ε_low.
-        clip_high: ε_high, the ratio is clipped above at 1 + ε_high.
-        dual_clip: c of the dual clip (for A < 0 the loss is at most −c·A).
-        kl_coef: Weight of the k3 KL estimate to the reference policy.
-        kl_clip: K̂ is clipped to [−kl_clip, kl_clip].
-        entropy_coef: Weight of the entropy bonus (subtracted).
-        pair_coef: λ_pair, weight of MCGPO's pairwise loss (0 disables it).
-    """
-
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float = 3.0
-    kl_coef: float = 0.01
-    kl_clip: float = 10.0
-    entropy_coef: float = 0.001
-    pair_coef: float = 0.05
-
-    def __post_init__(self) -> None:
-        for name in ("clip_low", "clip_high", "kl_coef", "kl_clip", "entropy_coef", "pair_coef"):
-            value = getattr(self, name)
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f"ObjectiveConfig.{name} must be a finite number >= 0, got {value!r}")
-        if not 1.0 < self.dual_clip:
-            raise ValueError(f"ObjectiveConfig.dual_clip must be > 1, got {self.dual_clip!r}")
 
 
 @dataclass
@@ -118,7 +91,7 @@ def decision_loss(
     advantages: np.ndarray,
     entropy: np.ndarray,
     pairs: Sequence[tuple[int, int, float]] = (),
-    config: ObjectiveConfig = ObjectiveConfig(),
+    config: ObjectiveConfig | None = None,
 ) -> LossTerms:
     """The SPEC §5 loss of one micro-batch of decision rows, and its row derivatives.
 
@@ -130,7 +103,7 @@ def decision_loss(
         entropy: H_r, entropy of π_θ over row r's admissible actions.
         pairs: MCGPO preferences inside this micro-batch as ``(preferred_row,
             rejected_row, weight)`` with row positions in this batch.
-        config: Coefficients.
+        config: Coefficients (default: SPEC §5's, :class:`~trainers.settings.ObjectiveConfig`).
 
     Returns:
         :class:`LossTerms`; ``d_logp``/``d_entropy`` are exact partial derivatives of
@@ -142,7 +115,7 @@ def decision_loss(
     logp = np.asarray(logp, dtype=np.float64)
     n = logp.shape[0]
     old, ref, adv, ent = _rows(n, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages, entropy=entropy)
-    cfg = config
+    cfg = config if config is not None else ObjectiveConfig()
     pol, g_pol, clipped, dual = _clipped_policy_loss(logp - old, adv, cfg)
     k3, g_kl = _k3_kl(ref - logp, cfg)
 
