@@ -11,7 +11,7 @@ Example:
 """
 
 from agent_envs.checker import RubricEnvError, check_rubric_env
-from agent_envs.registration import ENV_IDS, register_envs
+from agent_envs.registration import ENV_IDS, make_env, register_envs
 from rubrics.trajectory import (
     Step,
     Trajectory,
@@ -31,6 +31,7 @@ __all__ = [
     "TrajectoryFormatError",
     "check_rubric_env",
     "load_jsonl",
+    "make_env",
     "register_envs",
     "save_jsonl",
     "step_from_info",

@@ -160,13 +160,11 @@ def resolve_panel(name: str | PanelSpec, *, data_root: str | None = None) -> Pan
         spec = PANELS[name]
     else:
         raise PanelError(f"unknown panel {name!r}; panels: {', '.join(sorted(PANELS))}")
-    import gymnasium as gym
-
-    import agent_envs  # noqa: F401  (registers the ids)
+    from agent_envs.registration import make_env
 
     kwargs = dict(spec.env_kwargs) | ({"data_root": data_root} if data_root and spec.env_id.startswith("ALFWorld") else {})
     try:
-        env = gym.make(spec.env_id, **kwargs)
+        env = make_env(spec.env_id, kwargs)
     except Exception as exc:
         raise PanelError(f"panel {name!r} cannot be built: {exc}") from exc
     try:

@@ -60,6 +60,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from agent_envs.registration import make_env
+
 if TYPE_CHECKING:
     from typing_extensions import Self
 
@@ -121,20 +123,10 @@ def _proc_cpu_seconds(pid: int | None) -> float:
 # ------------------------------------------------------------------------------------------
 
 
-def _make_env(env: str | EnvFactory, env_kwargs: Mapping[str, Any]) -> Any:
-    if callable(env):
-        return env()
-    import gymnasium as gym
-
-    import agent_envs  # noqa: F401  (registers the rubricgym ids)
-
-    return gym.make(env, **dict(env_kwargs))
-
-
 def _apply_one(envs: dict[int, Any], env: str | EnvFactory, env_kwargs: Mapping[str, Any], cmd: str, item: tuple) -> Any:
     k = item[0]
     if k not in envs:
-        envs[k] = _make_env(env, env_kwargs)
+        envs[k] = make_env(env, env_kwargs)
     if cmd == "reset":
         return envs[k].reset(seed=item[1], options=item[2])
     if cmd == "step":

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from trainers.arena.report import MetricFileError, load_run, load_runs, write_report
-from trainers.metrics import arena_record
+from trainers.metrics import upgrade_record
 from trainers.stats import paired_interval
 
 
@@ -39,7 +39,7 @@ def _write_run(root: Path, method: str, seed: int, success: list[float], credit:
             lines.append({"kind": "train", "update": 5 * k, "success": s, "credit": {"pairs": credit * k}})
     lines.append({"kind": "end", "seconds": 10.0})
     if not legacy:
-        lines = [arena_record(x) for x in lines]
+        lines = [upgrade_record(x) for x in lines]
     (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
 
 

@@ -18,6 +18,7 @@ from trainers.arena.runner import (
     search_queries,
 )
 from trainers.arena.variants import VARIANTS, available_methods, resolve_method
+from trainers.metrics import upgrade_record
 from trainers.settings import flatten
 
 
@@ -165,6 +166,9 @@ def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) 
     other = ArenaConfig.for_env("webshop", **{**TINY, "updates": 2})
     assert completed_run(other, "grpo", 0, tmp_path) is None  # another setting runs again
     lines = path.read_text().splitlines()
+    written = [json.loads(line) for line in lines]  # built in the one schema, not translated on reading
+    assert all(list(r)[:2] == ["update", "phase"] and "kind" not in r and upgrade_record(r) is r for r in written)
+    assert [r["phase"] for r in written] == ["run", "eval", "train", "train", "eval", "train", "eval", "end"]
     path.write_text("\n".join(lines[:2] + ["{torn"] + lines[2:]) + "\n")  # damaged in the middle
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
     path.write_text("\n".join(lines[:-1]) + "\n")  # an interrupted file (no end record)

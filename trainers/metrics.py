@@ -1,7 +1,7 @@
 """The one metrics schema of every run, its writer (``metrics.jsonl`` + TensorBoard) and reader.
 
 The trainer (:class:`MetricsLogger`, :mod:`trainers.trainer`) and the arena
-(:mod:`trainers.arena.runner`, through :func:`arena_record`) write the same records, so one
+(:mod:`trainers.arena.runner`) build and write the same records, so one
 reader (:func:`read_metrics`) and one report (``rubricgym report``, :mod:`trainers.report`)
 serve both.  ``metrics.jsonl`` holds one JSON object per line; its first two keys are always
 
@@ -44,14 +44,14 @@ writes non-finite numbers as ``null``.
 
 Older files are read too: arena files from before this schema (records keyed by ``kind``,
 with nested ``per_type`` / ``credit`` / ``loss`` / ``time``) are converted on reading
-(:func:`upgrade_record`, the same mapping the arena writes through), and trainer files
+(:func:`upgrade_record`), and trainer files
 without a ``run`` record take their identity from the folder's ``config.yaml``
 (:func:`trainers.report.load_run`).
 
 Example:
     >>> format_record(1, "train", {"train/success": 0.25})
     '{"update": 1, "phase": "train", "train/success": 0.25}\\n'
-    >>> arena_record({"kind": "eval", "update": 5, "success": 0.5, "per_type": {"pick": 1.0}})
+    >>> upgrade_record({"kind": "eval", "update": 5, "success": 0.5, "per_type": {"pick": 1.0}})
     {'update': 5, 'phase': 'eval', 'success': 0.5, 'success/pick': 1.0}
 
 A process killed during an append (SIGKILL, power loss) can leave a torn last line.  Opening
@@ -73,7 +73,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "MetricFileError",
     "MetricsLogger",
-    "arena_record",
     "format_record",
     "read_metrics",
     "repair_torn_tail",
@@ -111,13 +110,11 @@ def run_identity(source: str, env: Any, estimator: str, variant: str, seed: int,
             "method": method, "seed": seed, "config": config, **extra}
 
 
-def arena_record(rec: dict[str, Any]) -> dict[str, Any]:
-    """An arena record as the arena builds it (keyed by ``kind``: ``config``, ``eval``,
-    ``train``, ``end``; nested ``per_type``, ``credit``, ``loss``, ``time``) in the schema.
-
-    The arena writes through it, and :func:`upgrade_record` reads arena files from before the
-    schema with it.  An ``end`` record without ``update`` gets ``None`` (the reader fills in
-    the last update).
+def _schema1_arena_record(rec: dict[str, Any]) -> dict[str, Any]:
+    """An arena record of a file from before this schema (keyed by ``kind``: ``config``,
+    ``eval``, ``train``, ``end``; nested ``per_type``, ``credit``, ``loss``, ``time``) in the
+    schema, as the arena now writes it.  An ``end`` record without ``update`` gets ``None``
+    (the reader fills in the last update).
     """
     rec = dict(rec)
     kind = rec.pop("kind")
@@ -165,9 +162,9 @@ def arena_record(rec: dict[str, Any]) -> dict[str, Any]:
 
 def upgrade_record(rec: Any) -> Any:
     """A record in the schema: records with ``phase`` as they are, arena records of schema 1
-    (keyed by ``kind``) through :func:`arena_record`, anything else unchanged."""
+    (keyed by ``kind``) converted, anything else unchanged."""
     if isinstance(rec, dict) and "phase" not in rec and "kind" in rec:
-        return arena_record(rec)
+        return _schema1_arena_record(rec)
     return rec
 
 

@@ -176,7 +176,7 @@ def readouts(evals: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     }
 
 
-def _last_per_update(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def last_per_update(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One record per update (a resumed run may repeat one: the last counts), in update order."""
     return sorted({r["update"]: dict(r) for r in records}.values(), key=lambda r: r["update"])
 
@@ -230,8 +230,8 @@ def load_run(run_dir: str | os.PathLike[str]) -> RunInfo:
         run_dir = run_dir.parent
     records = read_metrics(run_dir)
     ident = _identity(run_dir, records)
-    evals = _last_per_update(r for r in records if r["phase"] == "eval" and r.get("success") is not None)
-    train = _last_per_update(r for r in records if r["phase"] == "train")
+    evals = last_per_update(r for r in records if r["phase"] == "eval" and r.get("success") is not None)
+    train = last_per_update(r for r in records if r["phase"] == "train")
     end = next((r for r in reversed(records) if r["phase"] == "end"), None)
     summary: dict[str, Any] = {}
     if (run_dir / "summary.json").is_file():

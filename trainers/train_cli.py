@@ -65,12 +65,12 @@ def _check_env(cfg: Any) -> None:
     argument or missing data set is a :class:`~trainers.config.ConfigError` naming the field."""
     import gymnasium as gym
 
-    import agent_envs  # noqa: F401  (registers the rubricgym ids)
+    from agent_envs import make_env
     from trainers.config import ConfigError
 
     env_id, env_kwargs = cfg.env.env_id, cfg.env.env_kwargs
     try:
-        gym.make(env_id, **cfg.env_make_kwargs()).close()
+        make_env(env_id, cfg.env_make_kwargs()).close()
     except gym.error.Error as exc:
         raise ConfigError(f"env_id {env_id!r}: {exc}") from None
     except (TypeError, ValueError) as exc:  # gym.make names the environment and the kwargs

@@ -60,11 +60,12 @@ from trainers.checkpoint import (
     save_checkpoint,
 )
 from trainers.config import ConfigError, TrainConfig
-from trainers.evaluation import episode_metrics, l5, normalized_auc
+from trainers.evaluation import episode_metrics
 from trainers.generation import make_backend
 from trainers.lm_policy import RolloutSettings, TaskRef, collect_rollouts
 from trainers.metrics import MetricsLogger, run_identity
 from trainers.models import apply_lora, load_policy, train_top_layers
+from trainers.report import last_per_update, readouts
 from trainers.trainable import TrainablePolicy
 from trainers.trust_region import TrainerOps, _all_sum
 from trainers.update_rule import AdvantageScaler, trust_region_update
@@ -93,11 +94,9 @@ def list_tasks(env_id: str, env_kwargs: dict[str, Any], split: str) -> list[Any]
 @contextlib.contextmanager
 def _task_env(env_id: str, env_kwargs: dict[str, Any]) -> Iterator[Any]:
     """An environment to ask for its tasks, closed afterwards."""
-    import gymnasium as gym
+    from agent_envs import make_env
 
-    import agent_envs  # noqa: F401
-
-    env = gym.make(env_id, **env_kwargs)
+    env = make_env(env_id, env_kwargs)
     try:
         yield env
     finally:
@@ -578,7 +577,9 @@ class Trainer:
     def _summary(self, seconds: float, cpu: dict[str, float] | None = None) -> dict[str, Any]:
         acc = self.accelerator
         digests = _gather(acc, weights_digest(self.policy.unwrapped))
-        curve = [(h["update"], h["success"]) for h in self.eval_history if "success" in h]
+        evals = last_per_update(h for h in self.eval_history if "success" in h)
+        curve = [(h["update"], h["success"]) for h in evals]
+        marks = readouts(evals)
         summary = {
             "run_dir": str(self.run_dir),
             "updates": self.cfg.schedule.updates,
@@ -586,8 +587,8 @@ class Trainer:
             "weights_identical_across_processes": len(set(digests)) == 1,
             "weights_digest": digests[0],
             "eval_curve": curve,
-            "L5": l5(curve),
-            "normalized_auc": normalized_auc(curve),
+            "L5": marks["L5"],
+            "normalized_auc": marks["AUC"],
             "seconds": seconds,
             "cpu": _gather(acc, cpu or {}),
             "phases_s": self.phase_seconds,

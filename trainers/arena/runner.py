@@ -18,10 +18,10 @@ Everything is seeded from ``(seed, update, task, slot)``, and environment steppi
 deterministic given the task, so the same configuration gives the same numbers, whichever
 worker process runs it and in whatever order.
 
-Metric records (``runs/<method>__seed<k>/metrics.jsonl``) follow the one schema of
-:mod:`trainers.metrics` (the trainer's; the runner builds them keyed by ``kind`` and writes
-them through :func:`trainers.metrics.arena_record`), so ``rubricgym report`` reads arena and
-trainer runs alike.  Wall-clock times are the ``*_s`` fields and the ``end`` record's, apart
+Metric records (``runs/<method>__seed<k>/metrics.jsonl``) are built in the one schema of
+:mod:`trainers.metrics` (the trainer's: ``run``, ``eval``, ``train`` and ``end`` records with
+``train/``, ``credit/`` and ``opt/`` keys), so ``rubricgym report`` reads arena and trainer runs
+alike.  Wall-clock times are the ``*_s`` fields and the ``end`` record's, apart
 from the deterministic numbers.
 
 Example (a tiny run on generated ALFWorld games; takes about a minute):
@@ -59,7 +59,7 @@ from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, decision_loss
 from trainers.arena.policy import DecisionFeatures, Featurizer, LinearSoftmaxPolicy
 from trainers.arena.variants import MethodSpec, degrade_advantages, resolve_method
-from trainers.metrics import arena_record, upgrade_record
+from trainers.metrics import run_identity, upgrade_record
 from trainers.settings import (
     ObjectiveConfig,
     Rollouts,
@@ -368,11 +368,9 @@ def arena_envs(cfg: ArenaConfig) -> EnvPool:
         table = MemoTable() if cfg.memo else None
 
         def make() -> Any:
-            import gymnasium as gym
+            from agent_envs import make_env
 
-            import agent_envs  # noqa: F401  (registers the environments)
-
-            env = gym.make(preset.env_id, **kwargs)
+            env = make_env(preset.env_id, kwargs)
             return EpisodeMemo(env, table=table) if table is not None else env
 
         make.__name__ = preset.env_id
@@ -754,15 +752,15 @@ def _evaluate(
                 invalid += sum(not s.valid for s in traj.steps)
                 per_type[arena.task_types[(g, j)]].append(float(traj.success))
     return {
-        "kind": "eval",
         "update": update,
+        "phase": "eval",
         "success": float(succ.mean()),
-        "success_by_episode": succ.mean(axis=0).tolist(),
         "score": float(np.mean(score)),
         "invalid_rate": invalid / max(1, sum(steps)),
         "mean_steps": float(np.mean(steps)),
+        **{f"success/{t}": float(np.mean(v)) for t, v in sorted(per_type.items())},
+        "success_by_episode": succ.mean(axis=0).tolist(),
         "episodes": succ.size,
-        "per_type": {t: float(np.mean(v)) for t, v in sorted(per_type.items())},
     }
 
 
@@ -876,25 +874,31 @@ def _train_record(
     update: int, tasks: list[Any], groups: Sequence[Sequence[Trajectory]], invalid: int, n_rows: int,
     advantages: np.ndarray, results: Sequence[Any], loss_stats: dict[str, float], times: dict[str, float],
 ) -> dict[str, Any]:
-    """The ``train`` metric record of one update."""
+    """The ``train`` metric record of one update, in the schema of :mod:`trainers.metrics`
+    (``train/``, ``credit/``, ``opt/``, ``rollout/`` and ``time/`` keys, the trainer's)."""
     trajs = [t for g in groups for t in g]
     n_steps = sum(len(t.steps) for t in trajs)
+    credit = _aggregate_credit(results)
     return {
-        "kind": "train",
         "update": update,
+        "phase": "train",
+        "train/success": float(np.mean([t.success for t in trajs])),
+        "train/score": float(np.mean([t.score for t in trajs])),
+        "train/mean_steps": n_steps / len(trajs),
+        "train/invalid_rate": invalid / max(1, n_steps),
+        "train/episodes": len(trajs),
+        "train/groups_with_success": int(sum(any(t.success for t in g) for g in groups)),
+        "credit/adv_abs_mean": float(np.mean(np.abs(advantages))) if advantages.size else 0.0,
+        "credit/adv_zero_share": float(np.mean(np.abs(advantages) < 1e-9)) if advantages.size else 1.0,
+        "opt/pairs": credit.pop("pairs_per_update"),
+        **{f"credit/stat_{k}": v for k, v in credit.items()},
+        "opt/rows": n_rows,
+        **{f"opt/{'pg_loss' if k == 'policy_loss' else k}": v for k, v in loss_stats.items()},
+        "rollout/rollout_s": times["rollout"],
+        "credit/credit_s": times["credit"],
+        "opt/optimize_s": times["update"],
+        "time/update_s": float(sum(times.values())),
         "tasks": tasks,
-        "success": float(np.mean([t.success for t in trajs])),
-        "score": float(np.mean([t.score for t in trajs])),
-        "mean_steps": n_steps / len(trajs),
-        "episodes": len(trajs),
-        "invalid_rate": invalid / max(1, n_steps),
-        "rows": n_rows,
-        "adv_abs_mean": float(np.mean(np.abs(advantages))) if advantages.size else 0.0,
-        "adv_zero_share": float(np.mean(np.abs(advantages) < 1e-9)) if advantages.size else 1.0,
-        "groups_with_success": int(sum(any(t.success for t in g) for g in groups)),
-        "credit": _aggregate_credit(results),
-        "loss": loss_stats,
-        "time": times,
     }
 
 
@@ -946,21 +950,21 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
     log.info("arena run %s seed %d: %s", method, seed, spec.params)
     with tmp_path.open("w", encoding="utf-8") as fh:
 
-        def emit(rec: dict[str, Any]) -> None:  # in the schema of trainers.metrics
-            fh.write(json.dumps(arena_record(rec), allow_nan=True) + "\n")
+        def emit(rec: dict[str, Any]) -> None:  # a record of the schema of trainers.metrics
+            fh.write(json.dumps(rec, allow_nan=True) + "\n")
             fh.flush()
 
         def validate(update: int) -> dict[str, Any]:
             t_eval = time.perf_counter()
             rec = _evaluate_once(envs, cfg, val_set, val_split, policy, featurizer, seed, update)
-            rec["time"] = {"eval": time.perf_counter() - t_eval}
+            rec["eval_s"] = time.perf_counter() - t_eval
             run.evals.append(rec)
             emit(rec)
             return rec
 
-        emit({"kind": "config", "method": method, "seed": seed, "estimator": spec.estimator,
-              "variants": list(spec.variants), "estimator_params": {k: v for k, v in spec.params.items()},
-              "objective": asdict(objective), "arena": cfg.to_dict(), "warm_start": warm})
+        emit({"update": 0, "phase": "run",
+              **run_identity("arena", cfg.env, spec.estimator, "+".join(spec.variants), seed, cfg.to_dict(), method=method),
+              "estimator_params": dict(spec.params), "objective": asdict(objective), "warm_start": warm})
         validate(0)
         for update in range(1, cfg.schedule.updates + 1):
             t0 = time.perf_counter()
@@ -993,7 +997,7 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
             if update % cfg.schedule.eval_every == 0 or update == cfg.schedule.updates:
                 rec = validate(update)
                 log.info("%s seed %d update %d: validation success %.3f", method, seed, update, rec["success"])
-        end = {"kind": "end", "update": cfg.schedule.updates, "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
+        end = {"update": cfg.schedule.updates, "phase": "end", "readouts": run.readouts(), "seconds": time.perf_counter() - t_start,
                "cpu_seconds": time.process_time() - cpu_start}
         # what depends on the process and on what ran in it before: its id and the memo's counters
         end["time"] = {"process": os.getpid(), **(env.stats() if isinstance(env, EpisodeMemo) else {})}

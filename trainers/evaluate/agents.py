@@ -130,14 +130,12 @@ class WalkthroughAgent(Agent):
         return self._plans[ctx.task_index]
 
     def _webshop_plan(self, ctx: TurnContext) -> list[str]:
-        import gymnasium as gym
-
-        import agent_envs  # noqa: F401
+        from agent_envs import make_env
         from agent_envs.webshop.oracle import oracle_action
 
         with self._lock:
             if self._mirror is None:
-                self._mirror = gym.make(self.env_id, **self.env_kwargs)
+                self._mirror = make_env(self.env_id, self.env_kwargs)
             env = self._mirror
             task = (ctx.first_info.get("task") or {}).get("index", ctx.task_index)
             env.reset(seed=0, options={**self.reset_options, "task": task})

@@ -40,7 +40,6 @@ __all__ = [
     "StepResult",
     "TextEpisode",
     "episode_pool",
-    "make_env",
     "parse_task",
     "reset_all",
     "step_all",
@@ -49,21 +48,6 @@ __all__ = [
 
 #: ``parser(response, info) -> action``: turns a model response into the environment action.
 ActionParser = Callable[[str, Mapping[str, Any]], str]
-
-
-def make_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """A Gymnasium id (``gym.make(env, **env_kwargs)``), a zero-argument factory, or an env."""
-    if isinstance(env, str):
-        import gymnasium as gym
-
-        import agent_envs  # noqa: F401  (registers the rubricgym ids)
-
-        return gym.make(env, **dict(env_kwargs or {}))
-    if hasattr(env, "reset") and hasattr(env, "step"):
-        return env
-    if callable(env):
-        return env()
-    raise TypeError(f"env must be a Gymnasium id, a factory or an environment, got {type(env).__name__}")
 
 
 def task_prompt(task: Any = None, seed: int | None = None, split: str | None = None) -> str:
@@ -146,6 +130,8 @@ class TextEpisode:
             raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        from agent_envs.registration import make_env  # gymnasium loads with the first episode
+
         self.env = make_env(env, env_kwargs)
         self.style, self.list_actions, self.compact = style, bool(list_actions), bool(compact)
         self.max_steps, self.parser = max_steps, parser or default_parser
