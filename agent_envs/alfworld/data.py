@@ -219,18 +219,29 @@ def verify_install(root: str | os.PathLike[str] | None = None, parse: bool = Tru
     return report
 
 
-def _safe_members_tar(tar: tarfile.TarFile, dest: Path) -> list[tarfile.TarInfo]:
+def _tarfile() -> Any:
+    """``tarfile`` with extraction filters: the standard library's (Python 3.10.12+, 3.11.4+,
+    3.12+) or, on the patch releases before them (Debian 12's 3.11.2), the same module from PyPI
+    (``backports.tarfile``, a dependency there)."""
+    if hasattr(tarfile, "data_filter"):
+        return tarfile
+    from backports import tarfile as backport
+
+    return backport
+
+
+def _safe_members_tar(tar: Any, dest: Path) -> list[Any]:
     """The members to extract: regular files and folders only (no links, devices or FIFOs),
     each passed through tarfile's ``data`` filter (no absolute paths, nothing outside
     ``dest``, no unsafe modes); anything else refuses the whole archive."""
-    members = []
+    tar_module, members = _tarfile(), []
     for m in tar.getmembers():
         if not (m.isfile() or m.isdir()):
             kind = "link" if (m.issym() or m.islnk()) else "device, FIFO or other special file"
             raise InstallError(f"refusing unsafe archive member {m.name!r}: a {kind} (only files and folders)")
         try:
-            tarfile.data_filter(m, str(dest))
-        except tarfile.FilterError as exc:
+            tar_module.data_filter(m, str(dest))
+        except tar_module.FilterError as exc:
             raise InstallError(f"refusing unsafe archive member {m.name!r}: {exc}") from None
         members.append(m)
     return members
@@ -265,10 +276,10 @@ def install_from_archive(archive: str | os.PathLike[str], dest: str | os.PathLik
                             raise InstallError(f"refusing unsafe archive member {name!r}")
                     zf.extractall(tmp)
             else:
-                with tarfile.open(archive) as tar:
+                with _tarfile().open(archive) as tar:
                     members = _safe_members_tar(tar, tmp)
                     tar.extractall(tmp, members=members, filter="data")
-        except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
+        except (tarfile.TarError, _tarfile().TarError, zipfile.BadZipFile, OSError, EOFError) as exc:
             raise InstallError(f"cannot unpack {archive}: {exc}") from exc
         unpacked = tmp / DATASET_DIR
         if not unpacked.is_dir():
