@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120
 #: Import names of the packages the server image leaves out (docker/webshop/lock.py).
 NOT_IN_IMAGE = ("matplotlib", "PIL", "fontTools", "contourpy", "kiwisolver", "cycler", "pyparsing", "dateutil",
-                "scipy", "tyro", "yaml", "threadpoolctl")
+                "scipy", "tyro", "yaml", "threadpoolctl", "backports")
 # Run the CLI with an import hook that records (and refuses) any import of those packages.
 BLOCKED_CLI = f"""
 import importlib.abc, sys

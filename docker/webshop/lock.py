@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 REPO = Path(__file__).resolve().parents[2]
 LOCK = Path(__file__).with_name("requirements.txt")
 #: Core dependencies that the server never imports (tests/test_webshop_production.py checks it).
-NOT_IN_IMAGE = frozenset({"matplotlib", "scipy", "tyro", "pyyaml", "threadpoolctl"})
+NOT_IN_IMAGE = frozenset({"matplotlib", "scipy", "tyro", "pyyaml", "threadpoolctl", "backports-tarfile"})
 
 
 def server_roots(pyproject: dict) -> list[Requirement]:
