@@ -135,3 +135,23 @@ def test_arena_flags_start_from_the_env_defaults():
     assert alf == ArenaConfig.for_env("alfworld-generated")
     with pytest.raises(ValueError, match="exceeds train_tasks"):
         parse_arena_args(["--env", "webshop", "-P", "100"])
+
+
+def test_the_run_summary_is_printed_as_written_off_a_terminal(tmp_path):
+    """Off a terminal rich wraps at 80 columns: the summary's long lines (and a path longer than
+    80 columns) must come out whole, and text in brackets is not markup."""
+    import io
+
+    from rich.console import Console
+
+    from trainers.train_cli import print_run_summary
+
+    run = tmp_path / ("a-run-folder-name-that-is-long-" * 3)
+    run.mkdir()
+    lines = ["time: 584 s wall, 1152 s CPU (trainer 1145 s with 2 torch thread(s), mixed precision no, rollouts in float32)",
+             "rubric progress [first → last]: target_acquired 0.00 → 0.25, target_in_hand 0.00 → 0.25, goal_progress 0.00"]
+    (run / "summary.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = io.StringIO()
+    print_run_summary(Console(file=out, width=80, force_terminal=False), run)
+    printed = out.getvalue().splitlines()
+    assert printed[0] == f"done: run folder {run}" and printed[1:] == lines

@@ -127,7 +127,7 @@ def _redraw_report(console: Console, output_dir: Path, baseline: str | None) -> 
     except (MetricFileError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(2) from None
-    console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
+    console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False, soft_wrap=True)
 
 
 def _methods(estimators: str, variants: str) -> list[str]:
@@ -168,8 +168,8 @@ def _run(console: Console, cfg: ArenaConfig, methods: list[str], seed_list: list
     except OSError as exc:  # the output folder cannot be written (a file in the way, no permission, disk full)
         console.print(f"[red]error:[/red] --output-dir {output_dir}: {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
-    console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False)
-    console.print(f"wall time {summary['wall_seconds'] / 60:.1f} min; curves: {output_dir / 'curves.png'}")
+    console.print((output_dir / "results.md").read_text(encoding="utf-8"), markup=False, soft_wrap=True)
+    console.print(f"wall time {summary['wall_seconds'] / 60:.1f} min; curves: {output_dir / 'curves.png'}", soft_wrap=True)
 
 
 def register(app: typer.Typer, data_app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-__all__ = ["TRAIN_USAGE", "model_prepare", "parse_train_args", "register", "train"]
+__all__ = ["TRAIN_USAGE", "model_prepare", "parse_train_args", "print_run_summary", "register", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,15 @@ def _take_option(args: list[str], name: str) -> str | None:
     return None
 
 
+def print_run_summary(console: Any, run_dir: Path) -> None:
+    """The end of ``rubricgym train``: the run folder and its ``summary.txt`` line by line as
+    written, never re-wrapped (off a terminal rich would wrap at 80 columns) nor read as markup."""
+    console.print(f"[bold green]done[/bold green]: run folder {run_dir}", soft_wrap=True)
+    txt = run_dir / "summary.txt"
+    if txt.is_file():
+        console.print(txt.read_text(encoding="utf-8").rstrip("\n"), soft_wrap=True, markup=False, highlight=False)
+
+
 def train(ctx: typer.Context) -> None:
     """Train a policy (default: the CPU demo on generated ALFWorld games); --help lists every field."""
     from rich.console import Console
@@ -123,10 +132,7 @@ def train(ctx: typer.Context) -> None:
         raise typer.Exit(2) from None
     summary = trainer.train()
     if trainer.accelerator.is_main_process:
-        console.print(f"[bold green]done[/bold green]: run folder {summary['run_dir']}")
-        txt = Path(summary["run_dir"]) / "summary.txt"
-        if txt.is_file():
-            console.print(txt.read_text())
+        print_run_summary(console, Path(summary["run_dir"]))
     # under `accelerate launch` with several processes: destroy the process group before the
     # interpreter exits (gloo's threads otherwise abort a process at finalization, SIGABRT)
     trainer.accelerator.end_training()
