@@ -173,7 +173,8 @@ class Schedule:
     eval_every: int = setting(5, "Validate every N updates (and before the first and after the last).", ge=1)
     train_tasks: int = setting(0, "Size of the fixed training pool: task indices 0..N-1 of the training split "
                                   "(the trainer takes 0 as every task of the split).", ge=0)
-    val_tasks: int = setting(128, "Size of the fixed validation set (the first N task indices of the validation split).", ge=1)
+    val_tasks: int = setting(128, "Size of the fixed validation set (the first N task indices of the validation "
+                                  "split; the arena needs at least 1).", ge=0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -251,8 +251,9 @@ class ArenaConfig:
         if self.env not in ENV_PRESETS:
             raise ValueError(f"unknown arena env {self.env!r}; choose one of {', '.join(ENV_PRESETS)}")
         check(self)
-        if self.schedule.train_tasks < 1:
-            raise ValueError(f"train_tasks must be an integer ≥ 1; got {self.schedule.train_tasks}")
+        for name in ("train_tasks", "val_tasks"):
+            if getattr(self.schedule, name) < 1:
+                raise ValueError(f"{name} must be an integer ≥ 1; got {getattr(self.schedule, name)}")
         if self.rollout.groups_per_update > self.schedule.train_tasks:
             raise ValueError(f"groups_per_update ({self.rollout.groups_per_update}) exceeds train_tasks "
                              f"({self.schedule.train_tasks})")
