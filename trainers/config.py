@@ -302,14 +302,18 @@ def _leaf_paths() -> dict[str, tuple[str, ...]]:
 _PATHS: dict[str, tuple[str, ...]] | None = None
 
 
+def _section_class(name: str) -> type:
+    """The section dataclass that holds setting ``name``."""
+    return typing.get_type_hints(TrainConfig)[_leaf_paths()[name][0]]
+
+
 def _leaf_field(name: str) -> dataclasses.Field:
-    section = getattr(TrainConfig(), _leaf_paths()[name][0])
-    return next(f for f in dataclasses.fields(section) if f.name == name)
+    return next(f for f in dataclasses.fields(_section_class(name)) if f.name == name)
 
 
 def _leaf_type(name: str) -> Any:
-    section_cls = type(getattr(TrainConfig(), _leaf_paths()[name][0]))
-    return typing.get_type_hints(section_cls)[name]
+    """The setting's type (``get_type_hints`` drops the ``Annotated`` flag options)."""
+    return typing.get_type_hints(_section_class(name))[name]
 
 
 def field_choices(name: str) -> tuple[Any, ...] | None:
@@ -322,15 +326,12 @@ def _is_text(name: str) -> bool:
     """Whether the setting holds a string (``str`` or a ``Literal`` of strings)."""
     choices = field_choices(name)
     tp = _leaf_type(name)
-    return tp is str or typing.get_origin(tp) is Annotated and typing.get_args(tp)[0] is str or (
-        choices is not None and all(isinstance(c, str) for c in choices))
+    return tp is str or (choices is not None and all(isinstance(c, str) for c in choices))
 
 
 def _coerce(name: str, raw: Any) -> Any:
     """Convert a value read from a file or the command line to the setting's type."""
     tp = _leaf_type(name)
-    if typing.get_origin(tp) is Annotated:
-        tp = typing.get_args(tp)[0]
     origin = typing.get_origin(tp) or tp
     if origin is float and isinstance(raw, int) and not isinstance(raw, bool):
         return float(raw)
@@ -489,8 +490,6 @@ def config_help() -> list[tuple[str, str, str, str, str]]:
         choices = field_choices(name)
         if choices is not None:
             help_text += " Choices: " + ", ".join(map(str, choices)) + "."
-        if typing.get_origin(tp) is Annotated:
-            tp = typing.get_args(tp)[0]
         type_name = "str" if choices is not None else getattr(tp, "__name__", str(tp))
         out.append((section, name, type_name, repr(_get(defaults, name)), help_text))
     return out
