@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import typing
@@ -181,7 +182,9 @@ class Schedule:
 # one configuration's sections: walking, checking, reading flat mappings
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
+    """The resolved field types of a settings class (computed once per class)."""
     return typing.get_type_hints(cls)
 
 
