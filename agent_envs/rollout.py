@@ -52,6 +52,7 @@ __all__ = [
     "Decision",
     "EnvFactory",
     "EnvPool",
+    "GroupHook",
     "GroupRunner",
     "Policy",
     "RolloutWorkerError",
@@ -102,6 +103,10 @@ AsyncPolicy = Callable[[Turn], Awaitable[Decision]]
 #: Called after every transition with the turn the policy answered, the :class:`Step` it
 #: became and the environment's new ``info`` (e.g. to read the final rubric status).
 StepHook = Callable[[Turn, Step, Mapping[str, Any]], None]
+
+#: Called by :meth:`GroupRunner.arun` when every sibling of a group has ended, with the group's
+#: index and its trajectories.
+GroupHook = Callable[[int, list[Trajectory]], None]
 
 
 def per_episode(fn: Callable[[str, Mapping[str, Any]], str]) -> Policy:
@@ -269,34 +274,60 @@ class GroupRunner:
         options: Mapping[str, Any] | None = None,
         on_step: StepHook | None = None,
         concurrency: int | None = None,
+        groups_in_flight: int | None = None,
+        on_group: GroupHook | None = None,
     ) -> list[list[Trajectory]]:
         """:meth:`run` with every episode on its own: each awaits its own policy answer and its
         own environment step (:meth:`EnvPool.astep`), so no episode waits for the slowest one
         and the event loop is never blocked by an environment.
 
-        Siblings still start from identical states (all resets finish before the first
-        decision).  With a deterministic policy the trajectories equal :meth:`run`'s.
+        Siblings still start from identical states (a group's resets all finish before its
+        first decision).  With a deterministic policy the trajectories equal :meth:`run`'s.
 
         Args:
             policy: ``await policy(turn)`` -> one :data:`Decision` (e.g. a request to an
                 inference server).
-            concurrency: Most episodes in flight at once (``None``: all).
+            concurrency: Most episodes playing at once (``None``: all).
+            groups_in_flight: Most groups started and not yet ended (``None``: all).  A group
+                resets its siblings when it is admitted and hands its environments to the
+                next group when it ends, so at most ``groups_in_flight * group_size``
+                environments exist (an evaluation of a whole panel).
+            on_group: Called with ``(group, trajectories)`` as soon as every sibling of a
+                group has ended (e.g. to write its trace before the others end).
             tasks, group_size, seeds, options, on_step: As in :meth:`run`.
         """
-        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
-            raise ValueError(f"concurrency must be a positive int or None, got {concurrency!r}")
+        for name, value in (("concurrency", concurrency), ("groups_in_flight", groups_in_flight)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         resets = _plan_resets(tasks, group_size, seeds, options)
-        started = await asyncio.gather(*(self._hosts.areset(k, seed, opts) for k, seed, opts in resets))
-        episodes = self._start(resets, started, group_size)
+        n_groups = len(resets) // group_size
         self.stats = {"policy_s": 0.0, "env_s": 0.0, "decisions": 0.0}
-        gate = asyncio.Semaphore(concurrency or len(episodes))
+        gate = asyncio.Semaphore(concurrency or len(resets) or 1)
+        admit = asyncio.Semaphore(groups_in_flight or n_groups or 1)
+        blocks = list(range(groups_in_flight or n_groups))[::-1]  # environment blocks of G slots, lowest first
+        groups: list[list[Trajectory]] = [[] for _ in range(n_groups)]
 
         async def play(e: _Episode) -> None:
             async with gate:
                 await self._play(e, policy, on_step)
 
-        await asyncio.gather(*(play(e) for e in episodes))
-        return _groups(episodes, len(resets) // group_size)
+        async def group(g: int) -> None:
+            async with admit:
+                block = blocks.pop() if groups_in_flight else g
+                try:
+                    mine = [(block * group_size + i, seed, opts)
+                            for i, (_k, seed, opts) in enumerate(resets[g * group_size:(g + 1) * group_size])]
+                    started = await asyncio.gather(*(self._hosts.areset(k, seed, opts) for k, seed, opts in mine))
+                    episodes = self._start(mine, started, group_size, group=g)
+                    await asyncio.gather(*(play(e) for e in episodes))
+                finally:
+                    blocks.append(block)
+            groups[g] = [_trajectory(e) for e in episodes]
+            if on_group is not None:
+                on_group(g, groups[g])
+
+        await asyncio.gather(*(group(g) for g in range(n_groups)))
+        return groups
 
     async def _play(self, e: _Episode, policy: AsyncPolicy, on_step: StepHook | None) -> None:
         while not e.done:
@@ -318,10 +349,12 @@ class GroupRunner:
             e.advance(turn, action, extra, result, on_step)
 
     def _start(self, resets: Sequence[tuple], results: Sequence[tuple[Any, Mapping[str, Any]]],
-               group_size: int) -> list[_Episode]:
+               group_size: int, group: int | None = None) -> list[_Episode]:
+        """The episodes of freshly reset environments (their group: ``group``, else the
+        environment index's block of ``group_size``)."""
         episodes = []
-        for (k, _seed, _opts), (obs, info) in zip(resets, results):
-            g, i = divmod(k, group_size)
+        for j, ((k, _seed, _opts), (obs, info)) in enumerate(zip(resets, results)):
+            g, i = divmod(k, group_size) if group is None else (group, j)
             task_info = info.get("task") if isinstance(info.get("task"), Mapping) else {}
             task_id = hashable(task_info.get("id"), f"group-{g}")
             episodes.append(_Episode(g, i, k, task_id, obs, dict(info)))
@@ -386,12 +419,15 @@ def _plan_resets(tasks: Sequence[Any], group_size: int, seeds: Sequence[int | No
     return resets
 
 
+def _trajectory(e: _Episode) -> Trajectory:
+    return Trajectory(task_id=e.task_id, slot=e.slot, steps=e.steps, score=float(e.info.get("score", 0.0) or 0.0),
+                      success=bool(e.info.get("won", False)), truncated=e.truncated)
+
+
 def _groups(episodes: Sequence[_Episode], n_groups: int) -> list[list[Trajectory]]:
     groups: list[list[Trajectory]] = [[] for _ in range(n_groups)]
     for e in episodes:
-        groups[e.group].append(Trajectory(task_id=e.task_id, slot=e.slot, steps=e.steps,
-                                          score=float(e.info.get("score", 0.0) or 0.0),
-                                          success=bool(e.info.get("won", False)), truncated=e.truncated))
+        groups[e.group].append(_trajectory(e))
     return groups
 
 

@@ -97,6 +97,60 @@ def test_arun_lets_episodes_overtake_a_slow_one():
     assert [t.success for t in groups[0]] == [True] * 4 and [len(t) for t in groups[0]] == [4] * 4
 
 
+class _Made(_Counter):
+    """Counts the environments made (in-process: the test reads the class attribute)."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        type(self).made += 1
+
+
+def _up_or_stay(turn: Turn) -> str:
+    return "stay" if (turn.group + turn.slot + turn.t) % 3 == 0 else "up"
+
+
+@pytest.mark.parametrize("groups_in_flight", [2, None])
+def test_arun_admits_groups_in_flight_and_reuses_their_environments(groups_in_flight):
+    """Five groups of two.  With ``groups_in_flight=2`` no more than two groups are ever between
+    their first turn and their end, the third group's first turn comes after ``on_group``
+    reported an ended one, and four environments serve all ten episodes; without the limit
+    (the control) all five groups play at once on ten environments.  Either way the
+    trajectories equal the lock-step loop's and ``on_group`` reports each group once, with its
+    own trajectories."""
+    tasks = [0, 2, 1, 3, 0]
+    with GroupRunner(_Counter, workers=0, max_steps=12) as runner:
+        expected = runner.run(tasks, lambda turns: [_up_or_stay(t) for t in turns], group_size=2)
+    events: list[tuple[str, int]] = []
+    reported: dict[int, list] = {}
+
+    async def policy(turn: Turn) -> str:
+        if ("turn", turn.group) not in events:
+            events.append(("turn", turn.group))
+        await asyncio.sleep(random.random() / 1000)
+        return _up_or_stay(turn)
+
+    def on_group(g, trajectories):
+        events.append(("end", g))
+        reported[g] = trajectories
+
+    _Made.made = 0
+    with GroupRunner(_Made, workers=0, max_steps=12) as runner:
+        got = asyncio.run(runner.arun(tasks, policy, group_size=2, groups_in_flight=groups_in_flight,
+                                      on_group=on_group))
+    live, most = set(), 0
+    for kind, g in events:
+        live.add(g) if kind == "turn" else live.discard(g)
+        most = max(most, len(live))
+    assert got == expected and reported == dict(enumerate(expected))
+    if groups_in_flight == 2:
+        assert (most, _Made.made) == (2, 4)
+        third = [g for kind, g in events if kind == "turn"][2]
+        assert events.index(("turn", third)) > min(i for i, (kind, _g) in enumerate(events) if kind == "end")
+    else:
+        assert (most, _Made.made) == (5, 10)
+
+
 def _alfworld_kwargs():
     return {"split": "generated", "generated_n": 2, "generated_seed": 3}  # the embedded default: no download
 
@@ -179,5 +233,7 @@ def test_bad_pool_arguments_are_named():
         EnvPool("CartPole-v1", timeout=0)
     with pytest.raises(ValueError, match="concurrency"), GroupRunner(_Counter) as runner:
         asyncio.run(runner.arun([0], None, group_size=1, concurrency=0))
+    with pytest.raises(ValueError, match="groups_in_flight"), GroupRunner(_Counter) as runner:
+        asyncio.run(runner.arun([0], None, group_size=1, groups_in_flight=True))
     with EnvPool("CartPole-v1", n=1) as pool, pytest.raises(IndexError, match="out of range 0..0"):
         asyncio.run(pool.astep(3, 0))

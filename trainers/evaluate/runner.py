@@ -1,9 +1,10 @@
 """``rubricgym eval``'s loop: every task of a panel, played by an agent, traced and summarised.
 
-One coroutine per episode (at most ``concurrency`` in flight) over an
-:class:`~wrappers.integrations.episode.EpisodePool` whose environments live in ``workers``
-worker processes, so the agent's requests (an inference server) and the environments' steps
-overlap and never block each other.  Each decision is prompted afresh (goal, the last
+Every task is one group of one episode played by the project's one episode loop,
+:meth:`GroupRunner.arun <agent_envs.rollout.GroupRunner.arun>` (at most ``concurrency`` in
+flight, their environments in ``workers`` worker processes and reused task after task), so the
+agent's requests (an inference server) and the environments' steps overlap and never block
+each other.  Each decision is prompted afresh (goal, the last
 ``history_length`` turns, observation, admissible actions: :func:`agent_envs.agent.prompts.build_prompt`,
 the trainer's wording) and answered as text (``<action>…</action>``) or as a tool call.
 
@@ -25,7 +26,6 @@ deterministic itself).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +35,8 @@ from typing import Any
 
 from agent_envs.agent.tools import TOOL_INSTRUCTION
 from agent_envs.panels import Panel
+from agent_envs.rollout import GroupRunner, Turn
+from rubrics.trajectory import Step, Trajectory
 from trainers import stats
 from trainers.evaluate.agents import Agent, AgentError, TurnContext
 from trainers.evaluation import episode_metrics
@@ -87,59 +89,89 @@ def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
     return {str(k): float(v) for k, v in (rubric or {}).items() if isinstance(v, (bool, int, float))}
 
 
-def _prompt(ep: Any, settings: EvalSettings) -> list[dict[str, str]]:
+def _prompt(turn: Turn, settings: EvalSettings) -> list[dict[str, str]]:
     from agent_envs.agent.chat import build_messages
     from agent_envs.agent.prompts import build_prompt
 
     h = settings.history_length
-    history = [(s.observation, s.action) for s in ep.steps[-h:]] if h else []
-    adm = [str(a) for a in (ep.info.get("admissible_actions") or [])]
-    text = build_prompt(ep.goal, ep.obs, adm, history, style=settings.style, step=len(ep.steps),
-                        list_actions=settings.list_actions)
+    history = list(turn.history[-h:]) if h else []
+    goal = str((turn.info.get("task") or {}).get("goal", ""))
+    text = build_prompt(goal, str(turn.observation), _admissible(turn.info), history, style=settings.style,
+                        step=turn.t, list_actions=settings.list_actions)
     system = "\n".join(x for x in (settings.system, TOOL_INSTRUCTION if settings.action_format == "tools" else "") if x)
     return build_messages(text, system or None)
 
 
-def _context(panel: Panel, index: int, ep: Any, first_info: Mapping[str, Any], settings: EvalSettings) -> TurnContext:
-    tools = None
-    if settings.action_format == "tools":
-        from agent_envs.agent.tools import tools_for
-
-        tools = tools_for([str(a) for a in ep.info.get("admissible_actions") or []])
-    return TurnContext(panel.hash, index, len(ep.steps), _prompt(ep, settings), ep.info, first_info, tools)
+def _admissible(info: Mapping[str, Any]) -> list[str]:
+    return [str(a) for a in info.get("admissible_actions") or []]
 
 
-async def _play(panel: Panel, index: int, agent: Agent, episodes: Any, settings: EvalSettings,
-                out: Path) -> EpisodeResult:
-    from agent_envs.agent.prompts import format_action
+@dataclass
+class _Trace:
+    """One episode being played: the lines of its trace and what its end line needs."""
 
-    task = panel.tasks[index]
-    ep = episodes.acquire(style=settings.style, list_actions=settings.list_actions, max_steps=settings.max_steps)
-    lines, error = [], None
-    try:
-        await ep.areset(task=task, seed=settings.seed, split=panel.spec.reset_options.get("split"))
-        first_info = dict(ep.info)
-        while not ep.done:
-            ctx = _context(panel, index, ep, first_info, settings)
-            try:
-                reply = await agent.decide(ctx)
-            except AgentError as exc:
-                error = str(exc)
-                ep.stop()
-                break
-            r = await ep.astep(reply.text if reply.action is None else format_action(reply.action))
-            lines.append({"t": ctx.t, "messages": list(ctx.messages), "reply": reply.text, "action": r.step.action,
-                          "valid": r.step.valid, "reward": r.reward, "done": r.done,
-                          "rubric": r.info.get("rubric"), "usage": dict(reply.usage)})
-    finally:
-        episodes.release(ep, retire=error is not None)
-    traj = ep.trajectory(slot=0)
-    result = EpisodeResult(index, panel.task_ids[index], traj.success, traj.score, len(traj.steps),
-                           sum(not s.valid for s in traj.steps), traj.truncated,
-                           (ep.info.get("task") or {}).get("type"), _numeric(ep.info.get("rubric") or {}), error)
-    body = "".join(json.dumps(line, default=str) + "\n" for line in lines)
-    _write_atomic(out / "episodes" / f"{index:05d}.jsonl", body + json.dumps({"end": True, **asdict(result)}) + "\n")
-    return result
+    first_info: dict[str, Any]
+    info: dict[str, Any]
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    pending: tuple[TurnContext, Any] | None = None
+    error: str | None = None
+
+
+class _Episodes:
+    """The agent as :meth:`GroupRunner.arun <agent_envs.rollout.GroupRunner.arun>`'s policy
+    (one group of one episode per task to play), and the hooks that turn its steps into traces."""
+
+    def __init__(self, panel: Panel, agent: Agent, settings: EvalSettings, out: Path, todo: Sequence[int],
+                 on_end: Callable[[EpisodeResult], None]) -> None:
+        self.panel, self.agent, self.settings, self.out, self.todo = panel, agent, settings, out, list(todo)
+        self.on_end = on_end
+        self.traces: dict[int, _Trace] = {}
+
+    async def policy(self, turn: Turn) -> str | None:
+        """The agent's action for this turn (``None``: the agent failed; the episode ends)."""
+        from agent_envs.agent.prompts import format_action, reply_action
+
+        index = self.todo[turn.group]
+        trace = self.traces.setdefault(index, _Trace(dict(turn.info), dict(turn.info)))
+        ctx = self._context(index, turn, trace.first_info)
+        try:
+            reply = await self.agent.decide(ctx)
+        except AgentError as exc:
+            trace.error = str(exc)
+            return None
+        trace.pending = (ctx, reply)
+        return reply_action(reply.text if reply.action is None else format_action(reply.action), _admissible(turn.info))
+
+    def _context(self, index: int, turn: Turn, first_info: Mapping[str, Any]) -> TurnContext:
+        tools = None
+        if self.settings.action_format == "tools":
+            from agent_envs.agent.tools import tools_for
+
+            tools = tools_for(_admissible(turn.info))
+        return TurnContext(self.panel.hash, index, turn.t, _prompt(turn, self.settings), turn.info, first_info, tools)
+
+    def on_step(self, turn: Turn, step: Step, info: Mapping[str, Any]) -> None:
+        """One trace line per transition (``done`` is set on the last one when the episode ends)."""
+        trace = self.traces[self.todo[turn.group]]
+        ctx, reply = trace.pending
+        trace.lines.append({"t": ctx.t, "messages": list(ctx.messages), "reply": reply.text, "action": step.action,
+                            "valid": step.valid, "reward": step.reward + step.penalty, "done": False,
+                            "rubric": info.get("rubric"), "usage": dict(reply.usage)})
+        trace.info = dict(info)
+
+    def on_group(self, group: int, trajectories: list[Trajectory]) -> None:
+        """The episode ended: write its trace whole (atomically) and report its result."""
+        index, traj = self.todo[group], trajectories[0]
+        trace = self.traces.pop(index, None) or _Trace({}, {})
+        if trace.lines and trace.error is None:
+            trace.lines[-1]["done"] = True
+        info = trace.info
+        result = EpisodeResult(index, self.panel.task_ids[index], traj.success, traj.score, len(traj.steps),
+                               sum(not s.valid for s in traj.steps), traj.truncated,
+                               (info.get("task") or {}).get("type"), _numeric(info.get("rubric") or {}), trace.error)
+        body = "".join(json.dumps(line, default=str) + "\n" for line in trace.lines)
+        _write_atomic(self.out / "episodes" / f"{index:05d}.jsonl", body + json.dumps({"end": True, **asdict(result)}) + "\n")
+        self.on_end(result)
 
 
 def _finished(path: Path) -> EpisodeResult | None:
@@ -181,8 +213,6 @@ async def evaluate(panel: Panel, agent: Agent, out: str | Path, settings: EvalSe
 
     ``on_episode(result, resumed)`` is called for every episode (those found finished too).
     """
-    from wrappers.integrations.episode import EpisodePool
-
     out = Path(out)
     n = len(panel.tasks) if settings.limit is None else min(settings.limit, len(panel.tasks))
     header = {"panel": panel.name, "hash": panel.hash, "versions": dict(panel.versions), "tasks": n,
@@ -194,19 +224,20 @@ async def evaluate(panel: Panel, agent: Agent, out: str | Path, settings: EvalSe
     for r in results:
         if r is not None and on_episode is not None:
             on_episode(r, True)
-    episodes = EpisodePool(panel.spec.env_id, panel.spec.env_kwargs, workers=settings.workers)
-    gate = asyncio.Semaphore(settings.concurrency)
+    todo = [i for i in range(n) if results[i] is None]
 
-    async def one(i: int) -> None:
-        async with gate:
-            results[i] = await _play(panel, i, agent, episodes, settings, out)
+    def ended(result: EpisodeResult) -> None:
+        results[result.index] = result
         if on_episode is not None:
-            on_episode(results[i], False)
+            on_episode(result, False)
 
-    try:
-        await asyncio.gather(*(one(i) for i in range(n) if results[i] is None))
-    finally:
-        episodes.close()
+    play = _Episodes(panel, agent, settings, out, todo, ended)
+    split = panel.spec.reset_options.get("split")
+    with GroupRunner(panel.spec.env_id, panel.spec.env_kwargs, workers=settings.workers,
+                     max_steps=settings.max_steps) as runner:
+        await runner.arun([panel.tasks[i] for i in todo], play.policy, group_size=1, seeds=settings.seed,
+                          options=None if split is None else {"split": split}, on_step=play.on_step,
+                          groups_in_flight=settings.concurrency, on_group=play.on_group)
     done = [r for r in results if r is not None]
     _write_atomic(out / "results.json", json.dumps(summarize(done, panel), indent=2) + "\n")
     return done
