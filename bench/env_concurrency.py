@@ -6,25 +6,42 @@ policy (a seeded random admissible action, answered at once) are played by
 side by side in one run.  Printed per setting:
 
 * steps/s (decisions / wall seconds of the whole ``arun``, resets included; the games were
-  grounded in a warm-up round first, as a long training run's are);
-* the ideal: ``workers / step time``, the step time being the environment's own mean step time
-  measured in one process (the lock-step ``GroupRunner.run``, no workers; in a child process,
-  so that this process, like a trainer, holds no engine objects) — so "efficiency" is
-  the share of the cores' worth of steps that reached the caller through the pool;
-* this process's own CPU per step (the I/O threads, the coroutines, ``step_from_info``, the
-  ticker below): what a trainer pays for stepping through the pool;
-* the event loop's longest stall while the episodes ran: a ticker coroutine sleeps 1 ms at a
-  time and records how late it wakes (max and 99th percentile).
+  grounded in a warm-up round first, as a long training run's are), measured in a run without
+  the stall probe below (its 1 kHz wake-ups cost this process 0.2-0.5 ms of CPU per step,
+  which the workers would lose);
+* two references for W workers: the issue's ideal, ``W / step time`` (the environment's own
+  mean step time measured in one process: the lock-step ``GroupRunner.run``, no workers, in a
+  child process), and "parallel": W child processes each stepping its share of the games
+  in-process at the same time (no pool, no IPC) — what W busy cores of this machine deliver,
+  which on a virtual machine can be less than W times one (cores that share a host core, a
+  memory bus).  "eff" is steps/s over the ideal, "vs par" over the parallel reference: the
+  share of the cores' worth of steps that reached the caller through the pool.  Both
+  references are measured minutes apart from the pool on a machine whose speed drifts, so
+  also "busy": the workers' CPU seconds over W cores x the pool's wall time, measured during
+  the same run (the share of the cores the workers spent stepping: idle waiting for the
+  caller, or descheduled for it, lowers it);
+* this process's own CPU per step (the I/O threads, the coroutines, ``step_from_info``): what a
+  trainer pays for stepping through the pool;
+* the event loop's longest stall and its 99th percentile while the episodes ran (a second run,
+  with a ticker coroutine that sleeps 1 ms at a time and records how late it wakes), next to
+  the **floor**: the same ticker alone in this process while W processes spin on the cores
+  (what the operating system and the machine impose on any event loop beside W busy
+  processes), and this process's longest garbage collection during the probed run (a stall
+  no pool can prevent: the caller's own heap).
 
 The engine's transition memo (``agent_envs.alfworld.engine``) is off in every process unless
 ``--memo``: the warm-up round would otherwise answer the measured round's steps from memory,
 and the figures would measure a dictionary lookup instead of the engine.
 
+Every figure is measured once per round, all settings side by side in each round (this
+machine's speed drifts from minute to minute on a shared host), and summarised as the median
+and range over ``--rounds`` rounds of the ratios measured within one round.
+
 Targets (issue #20): 2 workers >= 1.8x 1 worker, >= 90 % of ideal; longest stall <= 5 ms.
 
 Usage::
 
-    python bench/env_concurrency.py                 # 16 games x 4 siblings, horizon 30
+    python bench/env_concurrency.py                 # 16 games x 4 siblings, horizon 30, 3 rounds (~6 min)
     python bench/env_concurrency.py --games 8 --group-size 8 --workers 1 2
 """
 
@@ -33,11 +50,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import gc
 import json
+import multiprocessing as mp
 import os
 import platform
 import random
+import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import date
 
 
@@ -67,9 +88,15 @@ async def _ticker(stop: asyncio.Event, lateness: list[float], period: float = 0.
         lateness.append(time.perf_counter() - t - period)
 
 
-async def _timed_arun(runner, tasks, group_size: int) -> tuple[float, list[float], int]:
+def _stall(lateness: list[float]) -> tuple[float, float]:
+    """Longest and 99th-percentile lateness, in ms."""
+    late = sorted(lateness) or [0.0]
+    return 1000 * late[-1], 1000 * late[int(0.99 * (len(late) - 1))]
+
+
+async def _timed_arun(runner, tasks, group_size: int, probe: bool) -> tuple[float, list[float], int]:
     stop, lateness = asyncio.Event(), []
-    tick = asyncio.ensure_future(_ticker(stop, lateness))
+    tick = asyncio.ensure_future(_ticker(stop, lateness) if probe else stop.wait())
     t0 = time.perf_counter()
     groups = await runner.arun(tasks, _instant, group_size=group_size, seeds=list(range(len(tasks))))
     wall = time.perf_counter() - t0
@@ -78,15 +105,90 @@ async def _timed_arun(runner, tasks, group_size: int) -> tuple[float, list[float
     return wall, lateness, sum(len(t) for g in groups for t in g)
 
 
-def _in_process_step_s(factory, tasks, group_size: int, horizon: int) -> float:
-    """The environment's mean step time, measured in this process (no workers, no IPC)."""
+def _in_process(factory, tasks, group_size: int, horizon: int, barrier=None) -> tuple[float, int, float]:
+    """``(env seconds, decisions, wall seconds)`` of the lock-step loop in this process (no
+    workers, no IPC), after a warm-up round; ``barrier``: wait for the other children first."""
     from agent_envs.rollout import GroupRunner
 
+    seeds = list(tasks)
     with GroupRunner(factory, max_steps=horizon) as runner:
         policy = lambda turns: [_choice(t) for t in turns]
-        runner.run(tasks, policy, group_size=group_size, seeds=list(range(len(tasks))))  # warm-up: grounding
-        runner.run(tasks, policy, group_size=group_size, seeds=list(range(len(tasks))))
-        return runner.stats["env_s"] / runner.stats["decisions"]
+        runner.run(tasks, policy, group_size=group_size, seeds=seeds)  # warm-up: grounding
+        if barrier is not None:
+            barrier.wait()
+        t0 = time.perf_counter()
+        runner.run(tasks, policy, group_size=group_size, seeds=seeds)
+        return runner.stats["env_s"], int(runner.stats["decisions"]), time.perf_counter() - t0
+
+
+def _parallel_one(factory, tasks, group_size: int, horizon: int) -> tuple[float, int, float]:
+    """:func:`_in_process` in one child process."""
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
+        return ex.submit(_in_process, factory, tasks, group_size, horizon).result()
+
+
+def _child(out, *args) -> None:
+    out.put(_in_process(*args))
+
+
+def _parallel_steps_per_s(factory, tasks, group_size: int, horizon: int, workers: int) -> float:
+    """Steps/s of ``workers`` child processes stepping their share of the games at the same time."""
+    ctx = mp.get_context("spawn")
+    out, barrier = ctx.Queue(), ctx.Barrier(workers)
+    procs = [ctx.Process(target=_child, args=(out, factory, tasks[w::workers], group_size, horizon, barrier))
+             for w in range(workers)]
+    for proc in procs:
+        proc.start()
+    done = [out.get() for _ in procs]
+    for proc in procs:
+        proc.join()
+    return sum(d for _env, d, _wall in done) / max(wall for _env, _d, wall in done)
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def _stall_floor(busy: int, seconds: float = 4.0) -> tuple[float, float]:
+    """The ticker alone in this process while ``busy`` processes spin on the cores."""
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_spin, args=(seconds + 1.0,)) for _ in range(busy)]
+    for proc in procs:
+        proc.start()
+    time.sleep(0.5)  # the spinners are running
+
+    async def ticks() -> list[float]:
+        stop, lateness = asyncio.Event(), []
+        tick = asyncio.ensure_future(_ticker(stop, lateness))
+        await asyncio.sleep(seconds)
+        stop.set()
+        await tick
+        return lateness
+
+    lateness = asyncio.run(ticks())
+    for proc in procs:
+        proc.join()
+    return _stall(lateness)
+
+
+class _GcPauses:
+    """This process's garbage collections while active: the longest, in ms."""
+
+    def __enter__(self):
+        self.longest, self._t = 0.0, 0.0
+        gc.callbacks.append(self._on)
+        return self
+
+    def _on(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.longest = max(self.longest, 1000 * (time.perf_counter() - self._t))
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._on)
 
 
 def _pooled(factory, tasks, group_size: int, horizon: int, workers: int) -> dict:
@@ -95,14 +197,17 @@ def _pooled(factory, tasks, group_size: int, horizon: int, workers: int) -> dict
 
     with EnvPool(factory, workers=workers) as pool:
         runner = GroupRunner(pool, max_steps=horizon)
-        asyncio.run(_timed_arun(runner, tasks, group_size))  # warm-up: each worker grounds its games
+        asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))  # warm-up: each worker grounds its games
         cpu0, own0 = pool.worker_cpu_seconds(), time.process_time()
-        wall, lateness, steps = asyncio.run(_timed_arun(runner, tasks, group_size))
+        wall, _, steps = asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))
         cpu, own = pool.worker_cpu_seconds() - cpu0, time.process_time() - own0
-    late = sorted(lateness)
+        with _GcPauses() as gcs:
+            probed_wall, lateness, _ = asyncio.run(_timed_arun(runner, tasks, group_size, probe=True))
+    stall_max, stall_p99 = _stall(lateness)
     return {"workers": workers, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
-            "worker_cpu_s": cpu, "caller_cpu_ms_per_step": 1000 * own / steps, "stall_max_ms": 1000 * late[-1],
-            "stall_p99_ms": 1000 * late[int(0.99 * (len(late) - 1))], "ticks": len(late)}
+            "worker_cpu_s": cpu, "caller_cpu_ms_per_step": 1000 * own / steps, "stall_max_ms": stall_max,
+            "stall_p99_ms": stall_p99, "ticks": len(lateness), "probed_steps_per_s": steps / probed_wall,
+            "gc_max_ms": gcs.longest}
 
 
 def main() -> None:
@@ -112,36 +217,67 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=30, help="decisions per episode at most")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare")
     parser.add_argument("--memo", action="store_true", help="leave the engine's transition memo on")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of side-by-side measurements")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
     env_kwargs = {"split": "generated", "generated_n": max(args.games, 60), "max_steps": args.horizon}
     factory = functools.partial(make_env, env_kwargs, args.memo)
     tasks = list(range(args.games))
-    # measured in a child process, so this process (the "trainer") holds no engine objects and
-    # its garbage collections stay short, as a trainer's would
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as ex:
-        step_s = ex.submit(_in_process_step_s, factory, tasks, args.group_size, args.horizon).result()
-    rows = [_pooled(factory, tasks, args.group_size, args.horizon, w) for w in args.workers]
-    base = rows[0]["steps_per_s"]
+    rounds = [_round(factory, tasks, args, r) for r in range(args.rounds)]
     print(f"{args.games * args.group_size} concurrent ALFWorld-generated episodes ({args.games} games x "
           f"{args.group_size}), horizon {args.horizon}, instant policy; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, transition memo {'on' if args.memo else 'off'}, {date.today()}")
-    print(f"environment step in this process: {1000 * step_s:.2f} ms (ideal: workers / step time)")
-    print(f"{'workers':>7} {'steps':>6} {'wall s':>7} {'steps/s':>8} {'vs first':>8} {'ideal':>7} {'eff':>5} "
-          f"{'stall max':>9} {'p99':>6} {'caller CPU/step':>15}")
-    for r in rows:
-        ideal = min(r["workers"], os.cpu_count() or 1) / step_s
-        r.update(ideal_steps_per_s=ideal, efficiency=r["steps_per_s"] / ideal, speedup=r["steps_per_s"] / base)
-        print(f"{r['workers']:>7} {r['steps']:>6} {r['wall_s']:>7.2f} {r['steps_per_s']:>8.1f} {r['speedup']:>7.2f}x "
-              f"{ideal:>7.1f} {r['efficiency']:>5.0%} {r['stall_max_ms']:>7.2f}ms {r['stall_p99_ms']:>4.2f}ms "
-              f"{r['caller_cpu_ms_per_step']:>13.3f}ms")
+          f"{os.cpu_count()} cores, transition memo {'on' if args.memo else 'off'}, {date.today()}; "
+          f"{args.rounds} rounds, each measuring every setting side by side")
+    print(f"{'round':>5} {'step ms':>7} {'workers':>7} {'steps/s':>8} {'vs first':>8} {'ideal':>7} {'eff':>5} "
+          f"{'parallel':>8} {'vs par':>6} {'busy':>5} {'stall max':>9} {'p99':>6} {'floor max':>9} {'p99':>6} {'gc max':>7} "
+          f"{'caller CPU/step':>15}")
+    for r, rows in enumerate(rounds):
+        for row in rows:
+            print(f"{r:>5} {1000 * row['step_s']:>7.2f} {row['workers']:>7} {row['steps_per_s']:>8.1f} "
+                  f"{row['speedup']:>7.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
+                  f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
+                  f"{row['stall_max_ms']:>7.2f}ms "
+                  f"{row['stall_p99_ms']:>4.2f}ms {row['floor_max_ms']:>7.2f}ms {row['floor_p99_ms']:>4.2f}ms "
+                  f"{row['gc_max_ms']:>5.1f}ms {row['caller_cpu_ms_per_step']:>13.3f}ms")
+    print("median [min, max] over rounds:")
+    for i, w in enumerate(args.workers):
+        rows = [rows[i] for rows in rounds]
+        parts = [f"{key} {_spread([row[key] for row in rows], fmt)}" for key, fmt in
+                 (("speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
+                  ("stall_max_ms", "{:.1f} ms"), ("stall_p99_ms", "{:.2f} ms"), ("floor_max_ms", "{:.1f} ms"),
+                  ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"))]
+        print(f"  {w} worker{'s' if w > 1 else ''}: " + "; ".join(parts))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"step_s": step_s, "rows": rows}, fh, indent=2)
+            json.dump({"rounds": rounds}, fh, indent=2)
+
+
+def _round(factory, tasks, args, r: int) -> list[dict]:
+    """Every setting once, side by side: the one-process step time, then per worker count the
+    pool (throughput, probed stall), the parallel in-process reference and the stall floor.
+    The one-process reference runs in a child, so this process (the "trainer") holds no
+    engine objects and its garbage collections stay short, as a trainer's would."""
+    env_s, decisions, _wall = _parallel_one(factory, tasks, args.group_size, args.horizon)
+    step_s = env_s / decisions
+    rows = []
+    for w in args.workers:
+        row = _pooled(factory, tasks, args.group_size, args.horizon, w)
+        row["parallel_steps_per_s"] = _parallel_steps_per_s(factory, tasks, args.group_size, args.horizon, w)
+        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w)
+        ideal = min(w, os.cpu_count() or 1) / step_s
+        row.update(round=r, step_s=step_s, ideal_steps_per_s=ideal, efficiency=row["steps_per_s"] / ideal,
+                   vs_parallel=row["steps_per_s"] / row["parallel_steps_per_s"],
+                   busy=row["worker_cpu_s"] / (min(w, os.cpu_count() or 1) * row["wall_s"]))
+        rows.append(row)
+    for row in rows:
+        row["speedup"] = row["steps_per_s"] / rows[0]["steps_per_s"]
+    return rows
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    v = sorted(values)
+    return f"{fmt.format(statistics.median(v))} [{fmt.format(v[0])}, {fmt.format(v[-1])}]"
 
 
 if __name__ == "__main__":
