@@ -271,6 +271,8 @@ def test_a_real_llama_cpp_server_plays_the_panel(small_panel, tmp_path, llama_se
 
 def test_a_local_transformers_model_plays_greedily_and_deterministically(small_panel, tmp_path):
     pytest.importorskip("transformers", reason="pip install 'rubricgym[train]'")
+    import torch
+
     _, panel = small_panel
     runs = []
     for name in ("a", "b"):
@@ -279,4 +281,5 @@ def test_a_local_transformers_model_plays_greedily_and_deterministically(small_p
         runs.append((results, (tmp_path / name / "episodes" / "00001.jsonl").read_text()))
     assert runs[0] == runs[1] and [r.steps for r in runs[0][0]] == [2, 2]
     header = json.loads((tmp_path / "a" / "run.json").read_text())
-    assert header["agent"] == {"name": "hf:tiny-llama", "temperature": 0.0, "max_tokens": 8}
+    assert header["agent"] == {"name": "hf:tiny-llama", "temperature": 0.0, "max_tokens": 8, "dtype": "float32",
+                               "torch_threads": torch.get_num_threads()}

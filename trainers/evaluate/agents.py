@@ -241,7 +241,13 @@ class LocalAgent(Agent):
         self.deterministic = temperature == 0.0
 
     def describe(self) -> dict[str, Any]:
-        return {"name": f"hf:{self.model_name}", "temperature": self.temperature, "max_tokens": self.max_tokens}
+        """The spec, sampling and what the replies depend on beyond the weights: the weights'
+        precision and torch's CPU threads (greedy replies can differ between the two paths)."""
+        import torch
+
+        return {"name": f"hf:{self.model_name}", "temperature": self.temperature, "max_tokens": self.max_tokens,
+                "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
+                "torch_threads": torch.get_num_threads()}
 
     def _generate(self, messages: Sequence[Mapping[str, str]]) -> str:
         import torch
