@@ -151,7 +151,8 @@ class _Episodes:
         return TurnContext(self.panel.hash, index, turn.t, _prompt(turn, self.settings), turn.info, first_info, tools)
 
     def on_step(self, turn: Turn, step: Step, info: Mapping[str, Any]) -> None:
-        """One trace line per transition (``done`` is set on the last one when the episode ends)."""
+        """One trace line per transition (``done`` is set on the last one when the episode ends;
+        ``reward`` is the environment's: both return task reward + penalty, the step's two parts)."""
         trace = self.traces[self.todo[turn.group]]
         ctx, reply = trace.pending
         trace.lines.append({"t": ctx.t, "messages": list(ctx.messages), "reply": reply.text, "action": step.action,
