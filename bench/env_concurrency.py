@@ -43,6 +43,7 @@ Usage::
 
     python bench/env_concurrency.py                 # 16 games x 4 siblings, horizon 30, 3 rounds (~6 min)
     python bench/env_concurrency.py --games 8 --group-size 8 --workers 1 2
+    python bench/env_concurrency.py --worker-nice 10   # also each worker count with nicer workers
 """
 
 from __future__ import annotations
@@ -191,11 +192,11 @@ class _GcPauses:
         gc.callbacks.remove(self._on)
 
 
-def _pooled(factory, tasks, group_size: int, horizon: int, workers: int) -> dict:
+def _pooled(factory, tasks, group_size: int, horizon: int, workers: int, nice: int = 0) -> dict:
     from agent_envs.pool import EnvPool
     from agent_envs.rollout import GroupRunner
 
-    with EnvPool(factory, workers=workers) as pool:
+    with EnvPool(factory, workers=workers, worker_nice=nice) as pool:
         runner = GroupRunner(pool, max_steps=horizon)
         asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))  # warm-up: each worker grounds its games
         cpu0, own0 = pool.worker_cpu_seconds(), time.process_time()
@@ -204,7 +205,7 @@ def _pooled(factory, tasks, group_size: int, horizon: int, workers: int) -> dict
         with _GcPauses() as gcs:
             probed_wall, lateness, _ = asyncio.run(_timed_arun(runner, tasks, group_size, probe=True))
     stall_max, stall_p99 = _stall(lateness)
-    return {"workers": workers, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
+    return {"workers": workers, "nice": nice, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
             "worker_cpu_s": cpu, "caller_cpu_ms_per_step": 1000 * own / steps, "stall_max_ms": stall_max,
             "stall_p99_ms": stall_p99, "ticks": len(lateness), "probed_steps_per_s": steps / probed_wall,
             "gc_max_ms": gcs.longest}
@@ -218,6 +219,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare")
     parser.add_argument("--memo", action="store_true", help="leave the engine's transition memo on")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of side-by-side measurements")
+    parser.add_argument("--worker-nice", type=int, default=0,
+                        help="also measure every worker count with workers this much nicer (EnvPool(worker_nice=))")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -234,20 +237,21 @@ def main() -> None:
           f"{'caller CPU/step':>15}")
     for r, rows in enumerate(rounds):
         for row in rows:
-            print(f"{r:>5} {1000 * row['step_s']:>7.2f} {row['workers']:>7} {row['steps_per_s']:>8.1f} "
+            label = f"{row['workers']}" + (f" n{row['nice']}" if row["nice"] else "")
+            print(f"{r:>5} {1000 * row['step_s']:>7.2f} {label:>7} {row['steps_per_s']:>8.1f} "
                   f"{row['speedup']:>7.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
                   f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
                   f"{row['stall_max_ms']:>7.2f}ms "
                   f"{row['stall_p99_ms']:>4.2f}ms {row['floor_max_ms']:>7.2f}ms {row['floor_p99_ms']:>4.2f}ms "
                   f"{row['gc_max_ms']:>5.1f}ms {row['caller_cpu_ms_per_step']:>13.3f}ms")
     print("median [min, max] over rounds:")
-    for i, w in enumerate(args.workers):
+    for i, (w, nice) in enumerate(_settings(args)):
         rows = [rows[i] for rows in rounds]
         parts = [f"{key} {_spread([row[key] for row in rows], fmt)}" for key, fmt in
                  (("speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
                   ("stall_max_ms", "{:.1f} ms"), ("stall_p99_ms", "{:.2f} ms"), ("floor_max_ms", "{:.1f} ms"),
                   ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"))]
-        print(f"  {w} worker{'s' if w > 1 else ''}: " + "; ".join(parts))
+        print(f"  {_label(w, nice)}: " + "; ".join(parts))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"rounds": rounds}, fh, indent=2)
@@ -261,8 +265,8 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
     env_s, decisions, _wall = _parallel_one(factory, tasks, args.group_size, args.horizon)
     step_s = env_s / decisions
     rows = []
-    for w in args.workers:
-        row = _pooled(factory, tasks, args.group_size, args.horizon, w)
+    for w, nice in _settings(args):
+        row = _pooled(factory, tasks, args.group_size, args.horizon, w, nice)
         row["parallel_steps_per_s"] = _parallel_steps_per_s(factory, tasks, args.group_size, args.horizon, w)
         row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w)
         ideal = min(w, os.cpu_count() or 1) / step_s
@@ -273,6 +277,16 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
     for row in rows:
         row["speedup"] = row["steps_per_s"] / rows[0]["steps_per_s"]
     return rows
+
+
+def _settings(args) -> list[tuple[int, int]]:
+    """``(workers, niceness)`` of every pool measured, in order."""
+    nices = [0] + ([args.worker_nice] if args.worker_nice else [])
+    return [(w, nice) for w in args.workers for nice in nices]
+
+
+def _label(w: int, nice: int) -> str:
+    return f"{w} worker{'s' if w > 1 else ''}" + (f", nice {nice}" if nice else "")
 
 
 def _spread(values: list[float], fmt: str) -> str:

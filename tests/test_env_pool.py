@@ -151,6 +151,24 @@ def test_arun_admits_groups_in_flight_and_reuses_their_environments(groups_in_fl
         assert (most, _Made.made) == (5, 10)
 
 
+def test_worker_nice_lowers_only_the_workers_priority():
+    """``worker_nice=7``: each worker runs 7 nicer than this process, which keeps its own
+    priority; the default leaves the workers at this process's; in-process it is refused (it
+    would change the caller's priority)."""
+    import os
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    for nice, expected in ((7, min(own + 7, 19)), (0, own)):
+        with EnvPool("CartPole-v1", workers=2, worker_nice=nice) as pool:
+            pool.reset([(0, 1, None), (1, 1, None)])  # both workers are past their start
+            assert [os.getpriority(os.PRIO_PROCESS, proc.pid) for proc in pool.procs] == [expected] * 2
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own
+    with pytest.raises(ValueError, match="applies to worker processes"):
+        EnvPool("CartPole-v1", worker_nice=3)
+    with pytest.raises(ValueError, match="0..19"):
+        EnvPool("CartPole-v1", workers=1, worker_nice=20)
+
+
 def _alfworld_kwargs():
     return {"split": "generated", "generated_n": 2, "generated_seed": 3}  # the embedded default: no download
 
