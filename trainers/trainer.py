@@ -42,6 +42,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -365,7 +366,7 @@ class Trainer:
             out.update(trust_region_update(ops, self.update_rule))
             out["pairs_colocated"] = float(ops.colocated / max(1.0, out["epochs_run"]))
             self.policy.sync_rollout_model()
-        self.scheduler.step()
+        self._step_schedule()
         out.update(_rms_stats(self.accelerator, raw, scaled))
         out["adv_scale"] = float(self.adv_scaler.scale)
         out["pairs"] = float(len(pairs))
@@ -373,6 +374,16 @@ class Trainer:
         out["optimize_s"] = time.perf_counter() - t0
         out["lr"] = float(self.scheduler.get_last_lr()[0])
         return out
+
+    def _step_schedule(self) -> None:
+        """Advance the learning-rate schedule by one update, whether or not this update stepped
+        the optimizer (the control with ``rl_update`` off, an update with no rows): the schedule
+        counts updates, so a run and its control see the same rate at every update.  torch's
+        warning about a schedule stepped before the optimizer is about per-step schedules; it
+        is silenced for this one call."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before", category=UserWarning)
+            self.scheduler.step()
 
     def _scale_advantages(self, rows: list[TrainRow]) -> list[TrainRow]:
         """Rows with advantages divided by the running RMS (:class:`~trainers.update_rule.AdvantageScaler`),
