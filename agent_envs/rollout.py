@@ -167,9 +167,12 @@ class GroupRunner:
     It is the one episode loop of the project: the trainer (``trainers.lm_policy``) plays its
     rollouts and evaluations through it with a language-model policy, the arena
     (``trainers.arena.runner``) with its linear softmax policy, and both warm starts replay
-    their walkthroughs through it (:class:`~agent_envs.agent.walkthrough.WalkthroughReplay`).  :meth:`run` and :meth:`arun`
-    share how episodes start, advance and end (``_plan_resets``, ``_Episode.advance``,
-    ``_groups``); they differ only in who waits for whom.
+    their walkthroughs through it (:class:`~agent_envs.agent.walkthrough.WalkthroughReplay`),
+    and ``rubricgym eval`` plays its panels through it (``trainers.evaluate.runner``).
+    :meth:`run` and :meth:`arun`
+    share how episodes start, advance and end (``_plan_resets``, ``_start``, ``_Episode.advance``,
+    ``_trajectory``); they differ only in who waits for whom (and :meth:`arun` can admit groups
+    a few at a time on reused environments).
 
     Args:
         env: A Gymnasium id (made with ``gym.make(env, **env_kwargs)``), a zero-argument
@@ -304,7 +307,7 @@ class GroupRunner:
         self.stats = {"policy_s": 0.0, "env_s": 0.0, "decisions": 0.0}
         gate = asyncio.Semaphore(concurrency or len(resets) or 1)
         admit = asyncio.Semaphore(groups_in_flight or n_groups or 1)
-        blocks = list(range(groups_in_flight or n_groups))[::-1]  # environment blocks of G slots, lowest first
+        blocks = list(range(groups_in_flight))[::-1] if groups_in_flight else []  # free blocks of G slots, lowest last
         groups: list[list[Trajectory]] = [[] for _ in range(n_groups)]
 
         async def play(e: _Episode) -> None:
