@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from agent_envs.agent.chat import build_messages
-from agent_envs.agent.prompts import build_prompt, format_action, reply_action
+from agent_envs.agent.prompts import build_prompt, format_action, info_goal, reply_action
 from agent_envs.rollout import EnvPool, GroupRunner, Turn
 from rubrics.trajectory import Step, Trajectory
 from trainers.generation import GenerationBackend, score_candidates
@@ -146,7 +146,7 @@ class _Recorder:
         self.tokens = {"gen_tokens": 0.0, "prompt_tokens": 0.0}
 
     def __call__(self, turns: Sequence[Turn]) -> list[tuple[str, dict[str, str]]]:
-        goals = [str((t.info.get("task") or {}).get("goal", "")) for t in turns]
+        goals = [info_goal(t.info) for t in turns]
         prompts = [decision_prompt(self.tokenizer, g, str(t.observation), t.info, t.history, self.settings)
                    for g, t in zip(goals, turns)]
         actions, decided, texts = _decide(self.model, self.tokenizer, self.backend, turns, goals, prompts, self.settings)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agent_envs.agent.prompts import info_goal
 from agent_envs.agent.walkthrough import replay_walkthroughs
 from agent_envs.rollout import EnvPool
 from trainers.generation import choice_logprobs
@@ -62,7 +63,7 @@ def expert_rows(pool: EnvPool, tokenizer: Any, tasks: Sequence[TaskRef], setting
         picked = [k for k, ref in enumerate(tasks) if ref.split == split]
         for k, d in replay_walkthroughs(pool, [tasks[i].task for i in picked], [tasks[i].seed for i in picked],
                                         split=split, chunk=pool.n, max_steps=settings.max_steps):
-            goal = str((d.first_info.get("task") or {}).get("goal", ""))
+            goal = info_goal(d.first_info)
             history = [(str(o), a) for o, a in d.turn.history]
             prompt = decision_prompt(tokenizer, goal, str(d.turn.observation), d.turn.info, history, settings)
             cands = candidate_ids(tokenizer, d.actions, goal)

@@ -21,10 +21,11 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["NO_ACTION", "STYLES", "build_prompt", "compact_observation", "format_action", "parse_action",
-           "reply_action"]
+__all__ = ["NO_ACTION", "STYLES", "build_prompt", "compact_observation", "format_action", "info_actions",
+           "info_goal", "parse_action", "reply_action"]
 
 STYLES = ("think", "action_only")
 
@@ -133,6 +134,24 @@ def _render(goal: str, observation: str, admissible: Sequence[str], history: lis
         lines.append("Possible actions: " + " | ".join(a.strip() for a in admissible))
     lines.append(instruction or (_INSTRUCTIONS if list_actions else _INSTRUCTIONS_NO_LIST)[style])
     return "\n".join(lines)
+
+
+def info_goal(info: Mapping[str, Any]) -> str:
+    """The task sentence an environment's ``info`` carries (``info["task"]["goal"]``; ``""``).
+
+    >>> info_goal({"task": {"goal": "put a mug in the sink"}}), info_goal({})
+    ('put a mug in the sink', '')
+    """
+    return str((info.get("task") or {}).get("goal", ""))
+
+
+def info_actions(info: Mapping[str, Any]) -> list[str]:
+    """The admissible actions an environment's ``info`` lists, as strings (``[]``: none).
+
+    >>> info_actions({"admissible_actions": ["look", 3]}), info_actions({"admissible_actions": None})
+    (['look', '3'], [])
+    """
+    return [str(a) for a in info.get("admissible_actions") or []]
 
 
 def format_action(action: str) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_envs.agent.prompts import info_actions
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import EnvPool, GroupRunner, Turn
 
@@ -48,7 +49,7 @@ class ExpertDecision:
 
 
 def _admissible(turn: Turn) -> list[str]:
-    return [str(a) for a in turn.info.get("admissible_actions") or []]
+    return info_actions(turn.info)
 
 
 class WalkthroughReplay:

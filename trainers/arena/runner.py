@@ -51,6 +51,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
+from agent_envs.agent.prompts import info_goal
 from agent_envs.agent.walkthrough import replay_walkthroughs
 from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
 from agent_envs.tasks import select_tasks, train_val_tasks
@@ -652,7 +653,7 @@ def _aggregate_credit(results: Sequence[Any]) -> dict[str, float]:
 
 def _expanded_actions(turn: Turn) -> list[str]:
     """The actions the arena policy chooses among at ``turn`` (:func:`expand_actions`)."""
-    goal = str((turn.info.get("task") or {}).get("goal", ""))
+    goal = info_goal(turn.info)
     return expand_actions(turn.info.get("admissible_actions") or [], goal)
 
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_envs.agent.prompts import format_action
+from agent_envs.agent.prompts import format_action, info_actions, info_goal
 
 __all__ = ["Agent", "AgentError", "Reply", "TurnContext", "make_agent"]
 
@@ -96,10 +96,10 @@ class RandomAgent(Agent):
     name = "random"
 
     async def decide(self, ctx: TurnContext) -> Reply:
-        actions = [str(a) for a in ctx.info.get("admissible_actions") or []] or ["look"]
+        actions = info_actions(ctx.info) or ["look"]
         action = _seeded(ctx).choice(actions)
         if action == SEARCH_PLACEHOLDER:
-            goal = str((ctx.info.get("task") or {}).get("goal", ""))
+            goal = info_goal(ctx.info)
             action = f"search[{' '.join(goal.split()[:8])}]"
         return Reply(format_action(action))
 

@@ -33,12 +33,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_envs.agent.prompts import info_actions
 from agent_envs.agent.tools import TOOL_INSTRUCTION
 from agent_envs.panels import Panel
 from agent_envs.rollout import GroupRunner, Turn
 from rubrics.trajectory import Step, Trajectory
 from trainers import stats
-from trainers.evaluate.agents import Agent, AgentError, TurnContext
+from trainers.evaluate.agents import Agent, AgentError, Reply, TurnContext
 from trainers.evaluation import episode_metrics
 from trainers.report import write_text_atomic
 
@@ -91,19 +92,15 @@ def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
 
 def _prompt(turn: Turn, settings: EvalSettings) -> list[dict[str, str]]:
     from agent_envs.agent.chat import build_messages
-    from agent_envs.agent.prompts import build_prompt
+    from agent_envs.agent.prompts import build_prompt, info_goal
 
     h = settings.history_length
     history = list(turn.history[-h:]) if h else []
-    goal = str((turn.info.get("task") or {}).get("goal", ""))
-    text = build_prompt(goal, str(turn.observation), _admissible(turn.info), history, style=settings.style,
+    goal = info_goal(turn.info)
+    text = build_prompt(goal, str(turn.observation), info_actions(turn.info), history, style=settings.style,
                         step=turn.t, list_actions=settings.list_actions)
     system = "\n".join(x for x in (settings.system, TOOL_INSTRUCTION if settings.action_format == "tools" else "") if x)
     return build_messages(text, system or None)
-
-
-def _admissible(info: Mapping[str, Any]) -> list[str]:
-    return [str(a) for a in info.get("admissible_actions") or []]
 
 
 @dataclass
@@ -113,7 +110,7 @@ class _Trace:
     first_info: dict[str, Any]
     info: dict[str, Any]
     lines: list[dict[str, Any]] = field(default_factory=list)
-    pending: tuple[TurnContext, Any] | None = None
+    pending: tuple[TurnContext, Reply] | None = None
     error: str | None = None
 
 
@@ -140,14 +137,14 @@ class _Episodes:
             trace.error = str(exc)
             return None
         trace.pending = (ctx, reply)
-        return reply_action(reply.text if reply.action is None else format_action(reply.action), _admissible(turn.info))
+        return reply_action(reply.text if reply.action is None else format_action(reply.action), info_actions(turn.info))
 
     def _context(self, index: int, turn: Turn, first_info: Mapping[str, Any]) -> TurnContext:
         tools = None
         if self.settings.action_format == "tools":
             from agent_envs.agent.tools import tools_for
 
-            tools = tools_for(_admissible(turn.info))
+            tools = tools_for(info_actions(turn.info))
         return TurnContext(self.panel.hash, index, turn.t, _prompt(turn, self.settings), turn.info, first_info, tools)
 
     def on_step(self, turn: Turn, step: Step, info: Mapping[str, Any]) -> None:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_envs.agent.prompts import STYLES, build_prompt, reply_action
+from agent_envs.agent.prompts import STYLES, build_prompt, info_actions, info_goal, reply_action
 from rubrics.trajectory import Step, Trajectory, hashable, step_from_info
 
 __all__ = [
@@ -86,7 +86,7 @@ def parse_task(spec: Any) -> dict[str, Any]:
 
 def default_parser(response: str, info: Mapping[str, Any]) -> str:
     """:func:`~agent_envs.agent.prompts.reply_action` against the turn's admissible actions."""
-    return reply_action(response, [str(a) for a in (info.get("admissible_actions") or [])])
+    return reply_action(response, info_actions(info))
 
 
 @dataclass
@@ -144,7 +144,7 @@ class TextEpisode:
     @property
     def goal(self) -> str:
         """The task sentence of the current episode."""
-        return str((self.info.get("task") or {}).get("goal", ""))
+        return info_goal(self.info)
 
     def reset(self, task: Any = None, seed: int | None = None, split: str | None = None) -> str:
         """Start an episode (``task``: the environment's task option, or :func:`task_prompt`
@@ -182,7 +182,7 @@ class TextEpisode:
 
     def prompt(self) -> str:
         """The user message of the current decision (the history lives in the conversation)."""
-        adm = [str(a) for a in (self.info.get("admissible_actions") or [])]
+        adm = info_actions(self.info)
         return build_prompt(self.goal, self.obs, adm, [], style=self.style, step=len(self.steps),
                             list_actions=self.list_actions, compact=self.compact)
 

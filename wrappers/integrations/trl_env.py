@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agent_envs.agent.prompts import build_prompt
+from agent_envs.agent.prompts import build_prompt, info_actions
 from agent_envs.agent.tools import TOOL_INSTRUCTION, call_to_action, kinds_of, tool_result
 from rubrics.trajectory import Trajectory
 from wrappers.integrations.episode import TextEpisode
@@ -86,7 +86,7 @@ class RubricToolEnv:
         ep = self._episode
         ep.reset(task=spec["task"], seed=None if spec["seed"] is None else int(spec["seed"]), split=spec["split"])
         self._return, self._started = 0.0, True
-        adm = [str(a) for a in ep.info.get("admissible_actions") or []]
+        adm = info_actions(ep.info)
         return "\n" + build_prompt(ep.goal, ep.obs, adm, [], style="action_only", step=0, instruction=TOOL_INSTRUCTION)
 
     def get_reward(self) -> float:
@@ -105,7 +105,7 @@ class RubricToolEnv:
             return OVER
         r = ep.step(json.dumps({"name": name, "arguments": arguments}))
         self._return += r.reward
-        adm = [str(a) for a in r.info.get("admissible_actions") or []]
+        adm = info_actions(r.info)
         return tool_result(ep.obs, adm, done=r.done, won=ep.success)
 
     def _close(self) -> None:

@@ -383,11 +383,11 @@ class RubricgymEnvLoop(AgentLoopBase):
 
     def _prompt(self, ep: TextEpisode, spec: Mapping[str, Any]) -> list[dict[str, str]]:
         from agent_envs.agent.chat import build_messages
-        from agent_envs.agent.prompts import build_prompt
+        from agent_envs.agent.prompts import build_prompt, info_actions
 
         h = int(spec["history_length"] or 0)
         history = [(s.observation, s.action) for s in ep.steps[-h:]] if h else []
-        adm = [str(a) for a in (ep.info.get("admissible_actions") or [])]
+        adm = info_actions(ep.info)
         text = build_prompt(ep.goal, ep.obs, adm, history, style=spec["style"], step=len(ep.steps),
                             list_actions=spec["list_actions"], compact=spec["compact"])
         return build_messages(text, spec["system"] or None)
