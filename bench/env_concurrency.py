@@ -24,8 +24,8 @@ side by side in one run.  Printed per setting:
   trainer pays for stepping through the pool;
 * the event loop's longest stall and its 99th percentile while the episodes ran (a second run,
   with a ticker coroutine that sleeps 1 ms at a time and records how late it wakes), next to
-  the **floor**: the same ticker alone in this process while W processes spin on the cores
-  (what the operating system and the machine impose on any event loop beside W busy
+  the **floor**: the same ticker alone in this process while W processes, as nice as the
+  pool's workers, spin on the cores (what the operating system and the machine impose on any event loop beside W busy
   processes), and this process's longest garbage collection during the probed run (a stall
   no pool can prevent: the caller's own heap).
 
@@ -44,6 +44,7 @@ Usage::
     python bench/env_concurrency.py                 # 16 games x 4 siblings, horizon 30, 3 rounds (~6 min)
     python bench/env_concurrency.py --games 8 --group-size 8 --workers 1 2
     python bench/env_concurrency.py --worker-nice 10   # also each worker count with nicer workers
+    python bench/env_concurrency.py --worker-nice 10 --gc-freeze   # ... and each with the caller's heap frozen
 """
 
 from __future__ import annotations
@@ -146,16 +147,18 @@ def _parallel_steps_per_s(factory, tasks, group_size: int, horizon: int, workers
     return sum(d for _env, d, _wall in done) / max(wall for _env, _d, wall in done)
 
 
-def _spin(seconds: float) -> None:
+def _spin(seconds: float, nice: int = 0) -> None:
+    os.nice(nice)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
 
 
-def _stall_floor(busy: int, seconds: float = 4.0) -> tuple[float, float]:
-    """The ticker alone in this process while ``busy`` processes spin on the cores."""
+def _stall_floor(busy: int, nice: int = 0, seconds: float = 4.0) -> tuple[float, float]:
+    """The ticker alone in this process while ``busy`` processes spin on the cores, as nice as
+    the pool's workers."""
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_spin, args=(seconds + 1.0,)) for _ in range(busy)]
+    procs = [ctx.Process(target=_spin, args=(seconds + 1.0, nice)) for _ in range(busy)]
     for proc in procs:
         proc.start()
     time.sleep(0.5)  # the spinners are running
@@ -192,20 +195,27 @@ class _GcPauses:
         gc.callbacks.remove(self._on)
 
 
-def _pooled(factory, tasks, group_size: int, horizon: int, workers: int, nice: int = 0) -> dict:
+def _pooled(factory, tasks, group_size: int, horizon: int, workers: int, nice: int = 0,
+            freeze: bool = False) -> dict:
+    """The pool's figures; ``freeze``: this process's heap is frozen (``gc.freeze()``) after the
+    warm-up, as a trainer may do once its model is loaded, and unfrozen afterwards."""
     from agent_envs.pool import EnvPool
     from agent_envs.rollout import GroupRunner
 
     with EnvPool(factory, workers=workers, worker_nice=nice) as pool:
         runner = GroupRunner(pool, max_steps=horizon)
         asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))  # warm-up: each worker grounds its games
+        if freeze:
+            gc.collect()
+            gc.freeze()
         cpu0, own0 = pool.worker_cpu_seconds(), time.process_time()
         wall, _, steps = asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))
         cpu, own = pool.worker_cpu_seconds() - cpu0, time.process_time() - own0
         with _GcPauses() as gcs:
             probed_wall, lateness, _ = asyncio.run(_timed_arun(runner, tasks, group_size, probe=True))
+        gc.unfreeze()
     stall_max, stall_p99 = _stall(lateness)
-    return {"workers": workers, "nice": nice, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
+    return {"workers": workers, "nice": nice, "gc_freeze": freeze, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
             "worker_cpu_s": cpu, "caller_cpu_ms_per_step": 1000 * own / steps, "stall_max_ms": stall_max,
             "stall_p99_ms": stall_p99, "ticks": len(lateness), "probed_steps_per_s": steps / probed_wall,
             "gc_max_ms": gcs.longest}
@@ -221,6 +231,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of side-by-side measurements")
     parser.add_argument("--worker-nice", type=int, default=0,
                         help="also measure every worker count with workers this much nicer (EnvPool(worker_nice=))")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="also measure every setting with this process's heap frozen (gc.freeze()) after the warm-up")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -237,7 +249,7 @@ def main() -> None:
           f"{'caller CPU/step':>15}")
     for r, rows in enumerate(rounds):
         for row in rows:
-            label = f"{row['workers']}" + (f" n{row['nice']}" if row["nice"] else "")
+            label = f"{row['workers']}" + (f" n{row['nice']}" if row["nice"] else "") + (" f" if row["gc_freeze"] else "")
             print(f"{r:>5} {1000 * row['step_s']:>7.2f} {label:>7} {row['steps_per_s']:>8.1f} "
                   f"{row['speedup']:>7.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
                   f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
@@ -245,13 +257,13 @@ def main() -> None:
                   f"{row['stall_p99_ms']:>4.2f}ms {row['floor_max_ms']:>7.2f}ms {row['floor_p99_ms']:>4.2f}ms "
                   f"{row['gc_max_ms']:>5.1f}ms {row['caller_cpu_ms_per_step']:>13.3f}ms")
     print("median [min, max] over rounds:")
-    for i, (w, nice) in enumerate(_settings(args)):
+    for i, setting in enumerate(_settings(args)):
         rows = [rows[i] for rows in rounds]
         parts = [f"{key} {_spread([row[key] for row in rows], fmt)}" for key, fmt in
                  (("speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
                   ("stall_max_ms", "{:.1f} ms"), ("stall_p99_ms", "{:.2f} ms"), ("floor_max_ms", "{:.1f} ms"),
                   ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"))]
-        print(f"  {_label(w, nice)}: " + "; ".join(parts))
+        print(f"  {_label(*setting)}: " + "; ".join(parts))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"rounds": rounds}, fh, indent=2)
@@ -265,10 +277,10 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
     env_s, decisions, _wall = _parallel_one(factory, tasks, args.group_size, args.horizon)
     step_s = env_s / decisions
     rows = []
-    for w, nice in _settings(args):
-        row = _pooled(factory, tasks, args.group_size, args.horizon, w, nice)
+    for w, nice, freeze in _settings(args):
+        row = _pooled(factory, tasks, args.group_size, args.horizon, w, nice, freeze)
         row["parallel_steps_per_s"] = _parallel_steps_per_s(factory, tasks, args.group_size, args.horizon, w)
-        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w)
+        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w, nice)
         ideal = min(w, os.cpu_count() or 1) / step_s
         row.update(round=r, step_s=step_s, ideal_steps_per_s=ideal, efficiency=row["steps_per_s"] / ideal,
                    vs_parallel=row["steps_per_s"] / row["parallel_steps_per_s"],
@@ -279,14 +291,16 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
     return rows
 
 
-def _settings(args) -> list[tuple[int, int]]:
-    """``(workers, niceness)`` of every pool measured, in order."""
+def _settings(args) -> list[tuple[int, int, bool]]:
+    """``(workers, niceness, heap frozen)`` of every pool measured, in order."""
     nices = [0] + ([args.worker_nice] if args.worker_nice else [])
-    return [(w, nice) for w in args.workers for nice in nices]
+    freezes = [False] + ([True] if args.gc_freeze else [])
+    return [(w, nice, freeze) for w in args.workers for nice in nices for freeze in freezes]
 
 
-def _label(w: int, nice: int) -> str:
-    return f"{w} worker{'s' if w > 1 else ''}" + (f", nice {nice}" if nice else "")
+def _label(w: int, nice: int, freeze: bool) -> str:
+    return (f"{w} worker{'s' if w > 1 else ''}" + (f", nice {nice}" if nice else "")
+            + (", caller's heap frozen" if freeze else ""))
 
 
 def _spread(values: list[float], fmt: str) -> str:
