@@ -23,7 +23,10 @@ Where environments live (``workers`` and ``backend``):
   collection of the engine's objects still pauses the event loop: use workers for that.
 * ``workers=W, backend="process"`` (default): W worker processes (``spawn``), environment ``k``
   in worker ``k % W``.  One I/O thread per worker sends requests and reads replies, batching
-  every request queued meanwhile into one message, so the caller only enqueues.
+  every request queued meanwhile into one message, so the caller only enqueues.  The replies of
+  a batch come back together; the awaiting coroutines are resumed a few at a time
+  (:data:`_RESUME_SLICE` per turn of the event loop), so the loop's other callbacks do not wait
+  for a whole batch of episodes' work.
 * ``workers=W, backend="ray"``: W Ray actors (``pip install rubricgym[ray]``; an initialised
   Ray, e.g. inside verl or OpenRLHF, or a local one started with ``ray.init``), so a multi-node
   job spreads its environments over the cluster; ``ray_options`` go to ``actor.options``
@@ -56,6 +59,8 @@ import queue
 import threading
 import time
 import traceback
+import weakref
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
@@ -79,6 +84,10 @@ _POLL_S = 0.5
 
 #: Most requests one message to a worker carries (the rest wait for the next message).
 _MAX_BATCH = 512
+
+#: Most awaiting episodes resumed in one turn of the caller's event loop when a batch's replies
+#: come back together (the rest in the next turns, after the loop's other ready callbacks).
+_RESUME_SLICE = 8
 
 #: One request: ``("reset", (k, seed, options))`` or ``("step", (k, action))``.
 Request = tuple[str, tuple]
@@ -400,6 +409,58 @@ class _RayHost:
         self.ray.kill(self.actor)
 
 
+class _Resumer:
+    """Hands replies from hosts' threads to the awaiting coroutines of one event loop, at most
+    :data:`_RESUME_SLICE` per turn of the loop.
+
+    ``asyncio.wrap_future`` would schedule every reply of a batch at once, and the loop would
+    then run every resumed episode (its policy call, its bookkeeping) before any other ready
+    callback: the batch's size times an episode's work, one stall.  Here one thread-safe wake-up
+    per batch starts a drain that resumes a slice, then queues itself behind whatever became
+    ready meanwhile (a timer, another coroutine)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.ready, self.lock, self.draining = loop, deque(), threading.Lock(), False
+
+    def bridge(self, fut: Future) -> asyncio.Future:
+        """An asyncio future of this loop that the concurrent ``fut`` resolves (through the
+        drain); cancelling it cancels ``fut`` if its job has not started."""
+        out = self.loop.create_future()
+        out.add_done_callback(lambda f: fut.cancel() if f.cancelled() else None)
+        fut.add_done_callback(lambda f: self._arrived(out, f))
+        return out
+
+    def _arrived(self, out: asyncio.Future, fut: Future) -> None:  # on the host's thread
+        if self.loop.is_closed():  # the caller's loop ended without awaiting this reply
+            return
+        self.ready.append((out, fut))
+        with self.lock:
+            if self.draining:
+                return
+            self.draining = True
+        self.loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:  # on the loop's thread
+        for _ in range(_RESUME_SLICE):
+            try:
+                out, fut = self.ready.popleft()
+            except IndexError:
+                break
+            if out.done():
+                continue
+            if fut.cancelled():
+                out.cancel()
+            elif fut.exception() is not None:
+                out.set_exception(fut.exception())
+            else:
+                out.set_result(fut.result())
+        with self.lock:
+            if not self.ready:
+                self.draining = False
+                return
+        self.loop.call_soon(self._drain)
+
+
 # ------------------------------------------------------------------------------------------
 # The pool
 # ------------------------------------------------------------------------------------------
@@ -461,6 +522,7 @@ class EnvPool:
         self.local: dict[int, Any] = {}
         self._thread_host: _ThreadHost | None = None
         self._lock = threading.Lock()
+        self._resumers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Resumer] = weakref.WeakKeyDictionary()
         self.hosts: list[Any] = []
         if self.workers and backend == "process":
             ctx = mp.get_context(start_method)
@@ -533,7 +595,11 @@ class EnvPool:
     async def _acall(self, cmd: str, item: tuple) -> Any:
         self._check_index(item[0])
         host = self.hosts[item[0] % self.workers] if self.workers else self._engine_thread()
-        ((status, payload),) = await asyncio.wrap_future(host.submit([(cmd, item)]))
+        loop = asyncio.get_running_loop()
+        resumer = self._resumers.get(loop)
+        if resumer is None:
+            resumer = self._resumers[loop] = _Resumer(loop)
+        ((status, payload),) = await resumer.bridge(host.submit([(cmd, item)]))
         if status == "ok":
             return payload
         if status == "raised":

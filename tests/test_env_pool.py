@@ -35,6 +35,10 @@ class _Gated(gym.Env):
             raise ValueError("the environment refused 'boom'")
         if action == "hang":
             time.sleep(60)
+        if action == "pause":
+            time.sleep(0.3)
+        if action in ("now", "pause"):
+            return "after", 1.0, True, False, {}
         deadline = time.monotonic() + self.wait
         while not self.gate.exists() and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -68,6 +72,41 @@ def test_astep_does_not_block_the_event_loop(tmp_path, workers):
         assert asyncio.run(main(pool))[1] == 1.0
     gate.unlink()
     assert asyncio.run(main(Inline()))[1] == 0.0
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_batch_of_replies_resumes_its_episodes_a_slice_at_a_time(tmp_path, workers):
+    """32 steps queued while a "pause" step holds the one host travel in one batch and come
+    back together; a probe coroutine that yields every turn of the loop runs between every
+    :data:`_RESUME_SLICE` resumed episodes, not once after all 32 (what resuming every reply
+    at once, ``asyncio.wrap_future``, does)."""
+    from agent_envs.pool import _RESUME_SLICE
+
+    order: list[str] = []
+
+    async def episode(pool, k):
+        await pool.astep(k, "now")
+        order.append("e")
+
+    async def probe(done):
+        while not done.is_set():
+            order.append("p")
+            await asyncio.sleep(0)
+
+    async def main(pool):
+        await asyncio.gather(*(pool.areset(k) for k in range(33)))
+        hold = asyncio.ensure_future(pool.astep(0, "pause"))
+        await asyncio.sleep(0.05)
+        done = asyncio.Event()
+        probing = asyncio.ensure_future(probe(done))
+        await asyncio.gather(*(episode(pool, k) for k in range(1, 33)))
+        done.set()
+        await asyncio.gather(hold, probing)
+
+    with EnvPool(functools.partial(_Gated, str(tmp_path / "gate")), n=33, workers=workers) as pool:
+        asyncio.run(main(pool))
+    runs = [len(run) for run in "".join(order).split("p") if run]
+    assert sum(runs) == 32 and max(runs) <= _RESUME_SLICE, runs
 
 
 class _Counter(CountTo):
