@@ -438,7 +438,10 @@ class _Resumer:
             if self.draining:
                 return
             self.draining = True
-        self.loop.call_soon_threadsafe(self._drain)
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # closed in the meantime
+            pass
 
     def _drain(self) -> None:  # on the loop's thread
         for _ in range(_RESUME_SLICE):
