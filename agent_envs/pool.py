@@ -598,16 +598,20 @@ class EnvPool:
     async def _acall(self, cmd: str, item: tuple) -> Any:
         self._check_index(item[0])
         host = self.hosts[item[0] % self.workers] if self.workers else self._engine_thread()
-        loop = asyncio.get_running_loop()
-        resumer = self._resumers.get(loop)
-        if resumer is None:
-            resumer = self._resumers[loop] = _Resumer(loop)
-        ((status, payload),) = await resumer.bridge(host.submit([(cmd, item)]))
+        ((status, payload),) = await self._resumer().bridge(host.submit([(cmd, item)]))
         if status == "ok":
             return payload
         if status == "raised":
             raise payload
         raise RolloutWorkerError(f"{self.name} raised in a rollout worker:\n{payload}")
+
+    def _resumer(self) -> _Resumer:
+        """The running event loop's :class:`_Resumer` (one per loop this pool is awaited from)."""
+        loop = asyncio.get_running_loop()
+        resumer = self._resumers.get(loop)
+        if resumer is None:
+            resumer = self._resumers[loop] = _Resumer(loop)
+        return resumer
 
     def _engine_thread(self) -> _ThreadHost:
         with self._lock:

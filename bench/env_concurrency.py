@@ -25,8 +25,8 @@ side by side in one run.  Printed per setting:
 * the event loop's longest stall and its 99th percentile while the episodes ran (a second run,
   with a ticker coroutine that sleeps 1 ms at a time and records how late it wakes), next to
   the **floor**: the same ticker alone in this process while W processes, as nice as the
-  pool's workers, spin on the cores (what the operating system and the machine impose on any event loop beside W busy
-  processes), and this process's longest garbage collection during the probed run (a stall
+  pool's workers, spin on the cores (what the operating system and the machine impose on any
+  event loop beside W busy processes), and this process's longest garbage collection during the probed run (a stall
   no pool can prevent: the caller's own heap).
 
 The engine's transition memo (``agent_envs.alfworld.engine``) is off in every process unless
@@ -45,6 +45,7 @@ Usage::
     python bench/env_concurrency.py --games 8 --group-size 8 --workers 1 2
     python bench/env_concurrency.py --worker-nice 10   # also each worker count with nicer workers
     python bench/env_concurrency.py --worker-nice 10 --gc-freeze   # ... and each with the caller's heap frozen
+    python bench/env_concurrency.py --resume-all   # ... against a batch's episodes all resumed at once
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import date
+from typing import NamedTuple
 
 
 def make_env(env_kwargs: dict, memo: bool):
@@ -195,17 +197,49 @@ class _GcPauses:
         gc.callbacks.remove(self._on)
 
 
-def _pooled(factory, tasks, group_size: int, horizon: int, workers: int, nice: int = 0,
-            freeze: bool = False) -> dict:
-    """The pool's figures; ``freeze``: this process's heap is frozen (``gc.freeze()``) after the
-    warm-up, as a trainer may do once its model is loaded, and unfrozen afterwards."""
+class Setting(NamedTuple):
+    """One pool measured: its workers, their niceness, whether this process's heap is frozen
+    (``gc.freeze()`` after the warm-up, as a trainer may do once its model is loaded) and
+    whether a batch's replies resume all their episodes in one turn of the event loop (what
+    ``asyncio.wrap_future`` did before the pool resumed them a slice at a time)."""
+
+    workers: int
+    nice: int = 0
+    freeze: bool = False
+    resume_all: bool = False
+
+    def label(self) -> str:
+        return (f"{self.workers} worker{'s' if self.workers > 1 else ''}" + (f", nice {self.nice}" if self.nice else "")
+                + (", caller's heap frozen" if self.freeze else "") + (", all resumed at once" if self.resume_all else ""))
+
+    def short(self) -> str:
+        return (f"{self.workers}" + (f" n{self.nice}" if self.nice else "") + (" f" if self.freeze else "")
+                + (" a" if self.resume_all else ""))
+
+
+def _pooled(factory, tasks, group_size: int, horizon: int, setting: Setting) -> dict:
+    """The pool's figures for ``setting`` (the heap unfrozen and the slice restored afterwards)."""
+    from agent_envs import pool as pool_module
+
+    slice_ = pool_module._RESUME_SLICE
+    if setting.resume_all:
+        pool_module._RESUME_SLICE = 1 << 30
+    try:
+        row = _pool_figures(factory, tasks, group_size, horizon, setting)
+    finally:
+        pool_module._RESUME_SLICE = slice_
+        gc.unfreeze()
+    return row
+
+
+def _pool_figures(factory, tasks, group_size: int, horizon: int, setting: Setting) -> dict:
     from agent_envs.pool import EnvPool
     from agent_envs.rollout import GroupRunner
 
-    with EnvPool(factory, workers=workers, worker_nice=nice) as pool:
+    with EnvPool(factory, workers=setting.workers, worker_nice=setting.nice) as pool:
         runner = GroupRunner(pool, max_steps=horizon)
         asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))  # warm-up: each worker grounds its games
-        if freeze:
+        if setting.freeze:
             gc.collect()
             gc.freeze()
         cpu0, own0 = pool.worker_cpu_seconds(), time.process_time()
@@ -213,9 +247,8 @@ def _pooled(factory, tasks, group_size: int, horizon: int, workers: int, nice: i
         cpu, own = pool.worker_cpu_seconds() - cpu0, time.process_time() - own0
         with _GcPauses() as gcs:
             probed_wall, lateness, _ = asyncio.run(_timed_arun(runner, tasks, group_size, probe=True))
-        gc.unfreeze()
     stall_max, stall_p99 = _stall(lateness)
-    return {"workers": workers, "nice": nice, "gc_freeze": freeze, "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
+    return {**setting._asdict(), "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
             "worker_cpu_s": cpu, "caller_cpu_ms_per_step": 1000 * own / steps, "stall_max_ms": stall_max,
             "stall_p99_ms": stall_p99, "ticks": len(lateness), "probed_steps_per_s": steps / probed_wall,
             "gc_max_ms": gcs.longest}
@@ -233,6 +266,9 @@ def main() -> None:
                         help="also measure every worker count with workers this much nicer (EnvPool(worker_nice=))")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="also measure every setting with this process's heap frozen (gc.freeze()) after the warm-up")
+    parser.add_argument("--resume-all", action="store_true",
+                        help="also measure every setting with a batch's replies resuming all their episodes at once "
+                             "(the pool before it resumed them a slice at a time)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -249,7 +285,7 @@ def main() -> None:
           f"{'caller CPU/step':>15}")
     for r, rows in enumerate(rounds):
         for row in rows:
-            label = f"{row['workers']}" + (f" n{row['nice']}" if row["nice"] else "") + (" f" if row["gc_freeze"] else "")
+            label = Setting(row["workers"], row["nice"], row["freeze"], row["resume_all"]).short()
             print(f"{r:>5} {1000 * row['step_s']:>7.2f} {label:>7} {row['steps_per_s']:>8.1f} "
                   f"{row['speedup']:>7.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
                   f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
@@ -263,7 +299,7 @@ def main() -> None:
                  (("speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
                   ("stall_max_ms", "{:.1f} ms"), ("stall_p99_ms", "{:.2f} ms"), ("floor_max_ms", "{:.1f} ms"),
                   ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"))]
-        print(f"  {_label(*setting)}: " + "; ".join(parts))
+        print(f"  {setting.label()}: " + "; ".join(parts))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"rounds": rounds}, fh, indent=2)
@@ -277,10 +313,11 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
     env_s, decisions, _wall = _parallel_one(factory, tasks, args.group_size, args.horizon)
     step_s = env_s / decisions
     rows = []
-    for w, nice, freeze in _settings(args):
-        row = _pooled(factory, tasks, args.group_size, args.horizon, w, nice, freeze)
+    for setting in _settings(args):
+        w = setting.workers
+        row = _pooled(factory, tasks, args.group_size, args.horizon, setting)
         row["parallel_steps_per_s"] = _parallel_steps_per_s(factory, tasks, args.group_size, args.horizon, w)
-        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w, nice)
+        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w, setting.nice)
         ideal = min(w, os.cpu_count() or 1) / step_s
         row.update(round=r, step_s=step_s, ideal_steps_per_s=ideal, efficiency=row["steps_per_s"] / ideal,
                    vs_parallel=row["steps_per_s"] / row["parallel_steps_per_s"],
@@ -291,16 +328,13 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
     return rows
 
 
-def _settings(args) -> list[tuple[int, int, bool]]:
-    """``(workers, niceness, heap frozen)`` of every pool measured, in order."""
+def _settings(args) -> list[Setting]:
+    """Every pool measured, in order."""
     nices = [0] + ([args.worker_nice] if args.worker_nice else [])
     freezes = [False] + ([True] if args.gc_freeze else [])
-    return [(w, nice, freeze) for w in args.workers for nice in nices for freeze in freezes]
-
-
-def _label(w: int, nice: int, freeze: bool) -> str:
-    return (f"{w} worker{'s' if w > 1 else ''}" + (f", nice {nice}" if nice else "")
-            + (", caller's heap frozen" if freeze else ""))
+    resumes = [False] + ([True] if args.resume_all else [])
+    return [Setting(w, nice, freeze, resume_all) for w in args.workers for nice in nices for freeze in freezes
+            for resume_all in resumes]
 
 
 def _spread(values: list[float], fmt: str) -> str:

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_envs.agent.prompts import info_actions
+from agent_envs.agent.prompts import info_actions, info_goal
 from agent_envs.agent.tools import TOOL_INSTRUCTION
 from agent_envs.panels import Panel
 from agent_envs.rollout import GroupRunner, Turn
@@ -92,7 +92,7 @@ def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
 
 def _prompt(turn: Turn, settings: EvalSettings) -> list[dict[str, str]]:
     from agent_envs.agent.chat import build_messages
-    from agent_envs.agent.prompts import build_prompt, info_goal
+    from agent_envs.agent.prompts import build_prompt
 
     h = settings.history_length
     history = list(turn.history[-h:]) if h else []
