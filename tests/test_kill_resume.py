@@ -2,9 +2,12 @@
 
 tests/test_trainer_e2e.py simulates the leftovers of an interrupted checkpoint in-process; here
 the CLI runs as a subprocess (tiny random model, WebShop's generated 120-product catalogue, two
-updates, a checkpoint after each) and is killed with SIGKILL the moment the checkpoint of update
-2 starts (its ``.tmp-update_000002`` folder appears).  ``--resume`` must then continue from
-update 1 and end with exactly the uninterrupted run's weights and update-2 rollouts.  More kill
+updates, a checkpoint after each) and is killed with SIGKILL in the middle of the checkpoint of
+update 2: its files are in ``.tmp-update_000002`` but neither ``COMPLETE`` nor the rename has
+happened.  The kill point is exact at any load: the run is launched with Accelerate's
+``save_state`` wrapped to stop the process (SIGSTOP) once it has written update 2's files, and the
+test waits for that stop and kills it from outside.  ``--resume`` must then continue from update 1
+and end with exactly the uninterrupted run's weights and update-2 rollouts.  More kill
 points (every checkpoint, random times): ``python bench/kill_resume.py``.
 """
 
@@ -15,14 +18,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-from trainers.checkpoint import complete_checkpoints
+from trainers.checkpoint import MARKER, complete_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--model", "tiny-llama", "--groups-per-update", "2", "--group-size", "2", "--val-tasks", "2",
@@ -34,6 +36,24 @@ TINY = ["--model", "tiny-llama", "--groups-per-update", "2", "--group-size", "2"
         "0.01", "--mini-batches", "2", "--updates", "2", "--env-id", "WebShop-Rubric-v0", "--env-kwargs",
         "{catalogue: generated, num_products: 120, tagger: lexicon}", "--train-split", "train", "--val-split",
         "eval", "--max-steps", "4", "--trainable-layers", "0", "--no-eval-train-games"]
+
+
+# `rubricgym train` with Accelerator.save_state wrapped: once the files of update 2's checkpoint
+# are written into its temporary folder (before COMPLETE and the rename), the process stops itself.
+_STOP_IN_CHECKPOINT_2 = """
+import os, signal, sys
+import accelerate
+from trainers.cli import main
+save_state = accelerate.Accelerator.save_state
+def save_then_stop(self, output_dir=None, **kwargs):
+    out = save_state(self, output_dir, **kwargs)
+    if str(output_dir).endswith(".tmp-update_000002"):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return out
+accelerate.Accelerator.save_state = save_then_stop
+sys.argv[0] = "rubricgym"
+main()
+"""
 
 
 def _train(*args: str) -> list[str]:
@@ -53,16 +73,15 @@ def test_sigkill_mid_checkpoint_then_resume_matches_the_uninterrupted_run(tmp_pa
     cut = tmp_path / "cut"
     tmp = cut / "checkpoints" / ".tmp-update_000002"
     with open(log, "a") as fh:
-        proc = subprocess.Popen(_train("demo", *TINY, "--output-dir", str(tmp_path), "--run-name", "cut"), cwd=REPO,
-                                stdout=fh, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 900
-    while not tmp.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0)  # poll tightly: writing a checkpoint of the tiny model takes milliseconds
-    assert proc.poll() is None, f"the run ended before its second checkpoint:\n{log.read_text()[-3000:]}"
+        proc = subprocess.Popen([sys.executable, "-c", _STOP_IN_CHECKPOINT_2, "train", "demo", *TINY, "--output-dir",
+                                 str(tmp_path), "--run-name", "cut"], cwd=REPO, stdout=fh, stderr=subprocess.STDOUT)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)  # returns when it stops (or, on a failure, exits)
+    assert os.WIFSTOPPED(status), f"the run ended before its second checkpoint:\n{log.read_text()[-3000:]}"
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
     # killed mid-write: update 2's checkpoint is half-written, update 1's is the newest complete one
-    assert tmp.is_dir() and not (cut / "checkpoints" / "update_000002").exists()
+    assert tmp.is_dir() and any(tmp.iterdir()) and not (tmp / MARKER).exists()
+    assert not (cut / "checkpoints" / "update_000002").exists()
     assert [p.name for p in complete_checkpoints(cut / "checkpoints")] == ["update_000001"]
 
     _run(_train("--resume", str(cut)), log)
