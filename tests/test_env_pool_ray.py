@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 
@@ -50,10 +51,24 @@ def test_a_pool_of_ray_actors_plays_what_worker_processes_play(local_ray):
         assert pool.worker_cpu_seconds() > 0
 
 
+def _kill_and_wait(actor, limit_s=30.0):
+    """``ray.kill`` returns before the actor is gone; wait (bounded) until a call on it fails,
+    so the pool's next call meets a dead actor rather than racing its death."""
+    ray.kill(actor)
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.cpu_seconds.remote(), timeout=limit_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the killed actor still answered after {limit_s} s")
+
+
 def test_a_dead_actor_is_named_and_later_calls_fail_fast(local_ray):
     with EnvPool("CartPole-v1", n=2, workers=2, backend="ray", ray_options={"num_cpus": 0.5}) as pool:
         pool.reset([(0, 1, None), (1, 1, None)])
-        ray.kill(pool.hosts[1].actor)
+        _kill_and_wait(pool.hosts[1].actor)
         with pytest.raises(RolloutWorkerError, match="CartPole-v1: Ray env actor 1 failed: .*close this pool"):
             pool.step([(0, 0), (1, 0)])
         with pytest.raises(RolloutWorkerError, match="Ray env actor 1 failed"):
