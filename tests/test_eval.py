@@ -283,3 +283,53 @@ def test_a_local_transformers_model_plays_greedily_and_deterministically(small_p
     header = json.loads((tmp_path / "a" / "run.json").read_text())
     assert header["agent"] == {"name": "hf:tiny-llama", "temperature": 0.0, "max_tokens": 8, "dtype": "float32",
                                "torch_threads": torch.get_num_threads()}
+
+
+def test_a_local_model_answers_concurrent_episodes_in_batches(small_panel, tmp_path):
+    """With ``batch_size`` 4 and four episodes in flight, one ``generate`` call answers all four
+    (the real model, tagged with each prompt's hash so a reply routed to the wrong episode shows),
+    and the greedy replies equal those generated one at a time."""
+    pytest.importorskip("transformers", reason="pip install 'rubricgym[train]'")
+    import hashlib
+
+    _, panel = small_panel
+
+    def tag(messages):
+        return "#" + hashlib.sha256(json.dumps(list(messages)).encode()).hexdigest()[:8]
+
+    def tagged(agent, sizes):
+        real = agent._generate
+
+        def generate(batch):
+            sizes.append(len(batch))
+            return [text + tag(m) for text, m in zip(real(batch), batch)]
+
+        agent._generate = generate
+        return agent
+
+    replies, sizes = {}, {}
+    for batch_size in (1, 4):
+        sizes[batch_size] = []
+        agent = tagged(make_agent("hf:tiny-llama", env_id="x", env_kwargs={}, reset_options={}, max_tokens=8,
+                                  batch_size=batch_size), sizes[batch_size])
+        out = tmp_path / f"b{batch_size}"
+        results, _ = _run(panel, agent, out, max_steps=3, limit=4, concurrency=4)
+        assert [r.steps for r in results] == [3, 3, 3, 3]
+        lines = [json.loads(x) for i in range(4) for x in (out / "episodes" / f"{i:05d}.jsonl").read_text().splitlines()[:-1]]
+        assert all(line["reply"].endswith(tag(line["messages"])) for line in lines)  # each episode got its own reply
+        replies[batch_size] = [line["reply"] for line in lines]
+    assert sizes[1] == [1] * 12 and sizes[4] == [4, 4, 4]
+    assert replies[4] == replies[1]
+    header = json.loads((tmp_path / "b4" / "run.json").read_text())
+    assert header["agent"]["batch_size"] == 4 and "batch_size" not in json.loads((tmp_path / "b1" / "run.json").read_text())["agent"]
+
+
+def test_local_model_options_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        make_agent("hf:tiny-llama", env_id="x", env_kwargs={}, reset_options={}, batch_size=0)
+    cli = subprocess.run([sys.executable, "-m", "trainers.cli", "eval", "alfworld-generated-v1", "--model", "random",
+                          "--batch-size", "4", "-o", str(tmp_path / "x")], capture_output=True, text=True, check=False)
+    assert cli.returncode == 2 and "--dtype and --batch-size apply to hf:NAME models, not random" in cli.stderr
+    cli = subprocess.run([sys.executable, "-m", "trainers.cli", "eval", "alfworld-generated-v1", "--model", "hf:tiny-llama",
+                          "--dtype", "float8", "-o", str(tmp_path / "x")], capture_output=True, text=True, check=False)
+    assert cli.returncode == 2 and "--dtype must be float32 or bfloat16, got 'float8'" in cli.stderr

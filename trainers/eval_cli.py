@@ -70,6 +70,8 @@ def eval_command(
     timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds per request."),
     action_format: str = typer.Option("text", "--action-format", help="text (<action> blocks) or tools (function calls)."),
     tool_choice: str = typer.Option("auto", "--tool-choice", help="With tools: auto, required, or first (force a call of the first tool; llama.cpp)."),
+    dtype: str = typer.Option(None, "--dtype", help="hf:NAME only: the weights' precision, float32 (default) or bfloat16."),
+    batch_size: int = typer.Option(None, "--batch-size", min=1, help="hf:NAME only: requests of concurrent episodes generated together (default 1; give --concurrency at least as large)."),
     workers: int = typer.Option(1, "--workers", min=0, help="Environment worker processes (0: in this process)."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, help="Episodes in flight at once."),
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N tasks of the panel."),
@@ -94,12 +96,18 @@ def eval_command(
     if action_format not in ("text", "tools"):
         err.print(f"[red]error:[/red] --action-format must be text or tools, got {action_format!r}", soft_wrap=True)
         raise typer.Exit(2)
+    if (dtype is not None or batch_size is not None) and not model.startswith("hf:"):
+        err.print(f"[red]error:[/red] --dtype and --batch-size apply to hf:NAME models, not {model}", soft_wrap=True)
+        raise typer.Exit(2)
+    if dtype not in (None, "float32", "bfloat16"):
+        err.print(f"[red]error:[/red] --dtype must be float32 or bfloat16, got {dtype!r}", soft_wrap=True)
+        raise typer.Exit(2)
     try:
         resolved = resolve_panel(panel, data_root=data_root)
         agent = make_agent(model, env_id=resolved.spec.env_id, env_kwargs=resolved.spec.env_kwargs,
                            reset_options=resolved.spec.reset_options, base_url=base_url, api_key_env=api_key_env,
                            temperature=temperature, max_tokens=max_tokens, retries=retries, timeout=timeout,
-                           action_format=action_format, tool_choice=tool_choice)
+                           action_format=action_format, tool_choice=tool_choice, dtype=dtype, batch_size=batch_size)
     except (PanelError, ValueError, ImportError, OSError) as exc:
         err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(1) from None

@@ -15,7 +15,8 @@ Specs:
   (:mod:`agent_envs.agent.tools`);
 * ``hf:NAME`` — a local transformers model (``trainers.models.load_policy`` names: a
   directory, a hub id in the local cache, ``smollm2``, ``tiny-llama``), greedy at temperature
-  0, run on a worker thread so the event loop stays free.
+  0, in float32 or bfloat16, run on a worker thread so the event loop stays free; with
+  ``batch_size`` > 1 the requests of concurrent episodes are generated together.
 
 Every agent answers :meth:`Agent.decide` with a :class:`Reply`: the raw text (what the trace
 records and the environment parses) and, for tool calls, the chosen action.
@@ -227,42 +228,110 @@ class OpenAIAgent(Agent):
 
 
 class LocalAgent(Agent):
-    """A local transformers model (greedy at temperature 0), on a worker thread."""
+    """A local transformers model (greedy at temperature 0), on a worker thread.
+
+    Args:
+        name: A :func:`trainers.models.load_policy` name.
+        temperature, max_tokens: Sampling.
+        seed: The tiny models' initialisation.
+        dtype: The weights' precision (``"float32"``, ``"bfloat16"``; bf16 runs on AMX where the
+            CPU has it).
+        batch_size: Requests answered by one ``generate`` call at most (left-padded).  A batch
+            starts when a request is waiting and the model is free, and takes what arrives within
+            ``batch_wait`` seconds, up to ``batch_size``: with ``concurrency >= batch_size`` the
+            model answers several episodes for about the price of one decode.  With 1, every request
+            is generated alone and its reply depends on its prompt only; with more, which prompts
+            share a batch depends on timing, and a reply can differ in the last bits of its
+            logits (another matrix shape), so greedy replies are not guaranteed to repeat bit for
+            bit across runs.
+        batch_wait: Seconds a batch waits for more requests (the episodes just answered are
+            stepping their environments); unused with ``batch_size`` 1.
+    """
 
     name = "hf"
 
-    def __init__(self, name: str, *, temperature: float = 0.0, max_tokens: int = 64, seed: int = 0) -> None:
+    def __init__(self, name: str, *, temperature: float = 0.0, max_tokens: int = 64, seed: int = 0,
+                 dtype: str = "float32", batch_size: int = 1, batch_wait: float = 0.05) -> None:
         from trainers.models import load_policy
 
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model_name, self.temperature, self.max_tokens, self.seed = name, temperature, max_tokens, seed
-        self.model, self.tok = load_policy(name, seed=seed)
+        self.batch_size, self.batch_wait = batch_size, batch_wait
+        self.model, self.tok = load_policy(name, seed=seed, dtype=dtype)
         self.model.eval()
         self._lock = threading.Lock()
-        self.deterministic = temperature == 0.0
+        self._queue: list[tuple[Sequence[Mapping[str, str]], asyncio.Future[str]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self._arrived: asyncio.Event | None = None
+        self.deterministic = temperature == 0.0 and batch_size == 1
 
     def describe(self) -> dict[str, Any]:
         """The spec, sampling and what the replies depend on beyond the weights: the weights'
-        precision and torch's CPU threads (greedy replies can differ between the two paths)."""
+        precision, torch's CPU threads (greedy replies can differ between the two paths) and the
+        batch size."""
         import torch
 
-        return {"name": f"hf:{self.model_name}", "temperature": self.temperature, "max_tokens": self.max_tokens,
-                "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
-                "torch_threads": torch.get_num_threads()}
+        out = {"name": f"hf:{self.model_name}", "temperature": self.temperature, "max_tokens": self.max_tokens,
+               "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch."),
+               "torch_threads": torch.get_num_threads()}
+        if self.batch_size > 1:
+            out["batch_size"] = self.batch_size
+        return out
 
-    def _generate(self, messages: Sequence[Mapping[str, str]]) -> str:
+    def _generate(self, batch: Sequence[Sequence[Mapping[str, str]]]) -> list[str]:
+        """The replies to a batch of conversations, in order (one ``generate`` call)."""
         import torch
 
         with self._lock, torch.no_grad():
-            ids = self.tok.apply_chat_template(list(messages), add_generation_prompt=True, return_tensors="pt",
-                                               return_dict=True)
+            ids = self.tok.apply_chat_template([list(m) for m in batch], add_generation_prompt=True,
+                                               return_tensors="pt", return_dict=True, padding=True)
             sample = self.temperature > 0
             out = self.model.generate(**ids, max_new_tokens=self.max_tokens, do_sample=sample,
                                       temperature=self.temperature if sample else None, top_p=None, top_k=None,
                                       pad_token_id=self.tok.pad_token_id)
-            return self.tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            start = ids["input_ids"].shape[1]
+            return [self.tok.decode(row[start:], skip_special_tokens=True) for row in out]
 
     async def decide(self, ctx: TurnContext) -> Reply:
-        return Reply(await asyncio.to_thread(self._generate, ctx.messages))
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._queue.append((ctx.messages, future))
+        if self._drainer is None or self._drainer.done():
+            self._arrived = asyncio.Event()  # on the running loop
+            self._drainer = asyncio.create_task(self._drain())
+        else:
+            self._arrived.set()
+        return Reply(await future)
+
+    async def _gather(self) -> None:
+        """Wait until a batch is full or ``batch_wait`` seconds have passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.batch_wait
+        while len(self._queue) < self.batch_size and (left := deadline - loop.time()) > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+                return
+
+    async def _drain(self) -> None:
+        """Answer the queue a batch at a time until it is empty."""
+        while self._queue:
+            await self._gather()
+            batch, self._queue = self._queue[:self.batch_size], self._queue[self.batch_size:]
+            batch = [(m, f) for m, f in batch if not f.cancelled()]
+            if not batch:
+                continue
+            try:
+                texts = await asyncio.to_thread(self._generate, [m for m, _ in batch])
+            except Exception as exc:  # every waiting episode sees the model's error
+                for _, f in batch:
+                    if not f.done():
+                        f.set_exception(exc)
+                continue
+            for (_, f), text in zip(batch, texts):
+                if not f.done():
+                    f.set_result(text)
 
 
 def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_options: Mapping[str, Any],
@@ -282,6 +351,6 @@ def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_o
                 "tool_choice")
         return OpenAIAgent(name, **{k: v for k, v in options.items() if k in keys and v is not None})
     if kind == "hf" and name:
-        keys = ("temperature", "max_tokens")
+        keys = ("temperature", "max_tokens", "dtype", "batch_size")
         return LocalAgent(name, **{k: v for k, v in options.items() if k in keys and v is not None})
     raise ValueError(f"unknown model spec {spec!r}; use random, walkthrough, openai:MODEL or hf:NAME")
