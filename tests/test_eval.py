@@ -302,7 +302,7 @@ def test_a_local_model_answers_concurrent_episodes_in_batches(small_panel, tmp_p
 
         def generate(batch):
             sizes.append(len(batch))
-            return [text + tag(m) for text, m in zip(real(batch), batch)]
+            return [(text + tag(m), usage) for (text, usage), m in zip(real(batch), batch)]
 
         agent._generate = generate
         return agent
@@ -317,6 +317,7 @@ def test_a_local_model_answers_concurrent_episodes_in_batches(small_panel, tmp_p
         assert [r.steps for r in results] == [3, 3, 3, 3]
         lines = [json.loads(x) for i in range(4) for x in (out / "episodes" / f"{i:05d}.jsonl").read_text().splitlines()[:-1]]
         assert all(line["reply"].endswith(tag(line["messages"])) for line in lines)  # each episode got its own reply
+        assert all(line["usage"]["prompt_tokens"] > 100 and 1 <= line["usage"]["completion_tokens"] <= 8 for line in lines)
         replies[batch_size] = [line["reply"] for line in lines]
     assert sizes[1] == [1] * 12 and sizes[4] == [4, 4, 4]
     assert replies[4] == replies[1]

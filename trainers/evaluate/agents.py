@@ -261,7 +261,7 @@ class LocalAgent(Agent):
         self.model, self.tok = load_policy(name, seed=seed, dtype=dtype)
         self.model.eval()
         self._lock = threading.Lock()
-        self._queue: list[tuple[Sequence[Mapping[str, str]], asyncio.Future[str]]] = []
+        self._queue: list[tuple[Sequence[Mapping[str, str]], asyncio.Future[tuple[str, dict[str, int]]]]] = []
         self._drainer: asyncio.Task[None] | None = None
         self._arrived: asyncio.Event | None = None
         self.deterministic = temperature == 0.0 and batch_size == 1
@@ -279,8 +279,9 @@ class LocalAgent(Agent):
             out["batch_size"] = self.batch_size
         return out
 
-    def _generate(self, batch: Sequence[Sequence[Mapping[str, str]]]) -> list[str]:
-        """The replies to a batch of conversations, in order (one ``generate`` call)."""
+    def _generate(self, batch: Sequence[Sequence[Mapping[str, str]]]) -> list[tuple[str, dict[str, int]]]:
+        """The replies to a batch of conversations and their token counts, in order (one
+        ``generate`` call)."""
         import torch
 
         with self._lock, torch.no_grad():
@@ -291,17 +292,29 @@ class LocalAgent(Agent):
                                       temperature=self.temperature if sample else None, top_p=None, top_k=None,
                                       pad_token_id=self.tok.pad_token_id)
             start = ids["input_ids"].shape[1]
-            return [self.tok.decode(row[start:], skip_special_tokens=True) for row in out]
+            return [(self.tok.decode(row[start:], skip_special_tokens=True),
+                     {"prompt_tokens": int(mask.sum()), "completion_tokens": self._length(row[start:])})
+                    for row, mask in zip(out, ids["attention_mask"])]
+
+    def _length(self, generated: Any) -> int:
+        """Tokens generated up to and including the first end-of-sequence token."""
+        eos = self.model.generation_config.eos_token_id
+        stops = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+        for k, token in enumerate(generated.tolist()):
+            if token in stops:
+                return k + 1
+        return len(generated)
 
     async def decide(self, ctx: TurnContext) -> Reply:
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[tuple[str, dict[str, int]]] = asyncio.get_running_loop().create_future()
         self._queue.append((ctx.messages, future))
         if self._drainer is None or self._drainer.done():
             self._arrived = asyncio.Event()  # on the running loop
             self._drainer = asyncio.create_task(self._drain())
         else:
             self._arrived.set()
-        return Reply(await future)
+        text, usage = await future
+        return Reply(text, usage=usage)
 
     async def _gather(self) -> None:
         """Wait until a batch is full or ``batch_wait`` seconds have passed."""
@@ -323,15 +336,15 @@ class LocalAgent(Agent):
             if not batch:
                 continue
             try:
-                texts = await asyncio.to_thread(self._generate, [m for m, _ in batch])
-            except Exception as exc:  # every waiting episode sees the model's error
+                replies = await asyncio.to_thread(self._generate, [m for m, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - every waiting episode sees the model's error
                 for _, f in batch:
                     if not f.done():
                         f.set_exception(exc)
                 continue
-            for (_, f), text in zip(batch, texts):
+            for (_, f), reply in zip(batch, replies):
                 if not f.done():
-                    f.set_result(text)
+                    f.set_result(reply)
 
 
 def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_options: Mapping[str, Any],
