@@ -27,7 +27,8 @@ side by side in one run.  Printed per setting:
   the **floor**: the same ticker alone in this process while W processes, as nice as the
   pool's workers, spin on the cores (what the operating system and the machine impose on any
   event loop beside W busy processes), and this process's longest garbage collection during the probed run (a stall
-  no pool can prevent: the caller's own heap).
+  no pool can prevent: the caller's own heap), in wall time and in the CPU time it used (the rest is the
+  collector waiting for a core).
 
 The engine's transition memo (``agent_envs.alfworld.engine``) is off in every process unless
 ``--memo``: the warm-up round would otherwise answer the measured round's steps from memory,
@@ -180,18 +181,20 @@ def _stall_floor(busy: int, nice: int = 0, seconds: float = 4.0) -> tuple[float,
 
 
 class _GcPauses:
-    """This process's garbage collections while active: the longest, in ms."""
+    """This process's garbage collections while active: the longest, in ms of wall time and of
+    CPU time of the thread that ran it (the difference: the collector waiting for a core)."""
 
     def __enter__(self):
-        self.longest, self._t = 0.0, 0.0
+        self.longest, self.longest_cpu, self._t, self._cpu = 0.0, 0.0, 0.0, 0.0
         gc.callbacks.append(self._on)
         return self
 
     def _on(self, phase: str, info: dict) -> None:
         if phase == "start":
-            self._t = time.perf_counter()
+            self._t, self._cpu = time.perf_counter(), time.thread_time()
         else:
             self.longest = max(self.longest, 1000 * (time.perf_counter() - self._t))
+            self.longest_cpu = max(self.longest_cpu, 1000 * (time.thread_time() - self._cpu))
 
     def __exit__(self, *exc) -> None:
         gc.callbacks.remove(self._on)
@@ -251,7 +254,7 @@ def _pool_figures(factory, tasks, group_size: int, horizon: int, setting: Settin
     return {**setting._asdict(), "steps": steps, "wall_s": wall, "steps_per_s": steps / wall,
             "worker_cpu_s": cpu, "caller_cpu_ms_per_step": 1000 * own / steps, "stall_max_ms": stall_max,
             "stall_p99_ms": stall_p99, "ticks": len(lateness), "probed_steps_per_s": steps / probed_wall,
-            "gc_max_ms": gcs.longest}
+            "gc_max_ms": gcs.longest, "gc_cpu_max_ms": gcs.longest_cpu}
 
 
 def main() -> None:
@@ -281,7 +284,7 @@ def main() -> None:
           f"{os.cpu_count()} cores, transition memo {'on' if args.memo else 'off'}, {date.today()}; "
           f"{args.rounds} rounds, each measuring every setting side by side")
     print(f"{'round':>5} {'step ms':>7} {'workers':>7} {'steps/s':>8} {'vs first':>8} {'ideal':>7} {'eff':>5} "
-          f"{'parallel':>8} {'vs par':>6} {'busy':>5} {'stall max':>9} {'p99':>6} {'floor max':>9} {'p99':>6} {'gc max':>7} "
+          f"{'parallel':>8} {'vs par':>6} {'busy':>5} {'stall max':>9} {'p99':>6} {'floor max':>9} {'p99':>6} {'gc max':>7} {'cpu':>6} "
           f"{'caller CPU/step':>15}")
     for r, rows in enumerate(rounds):
         for row in rows:
@@ -291,14 +294,14 @@ def main() -> None:
                   f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
                   f"{row['stall_max_ms']:>7.2f}ms "
                   f"{row['stall_p99_ms']:>4.2f}ms {row['floor_max_ms']:>7.2f}ms {row['floor_p99_ms']:>4.2f}ms "
-                  f"{row['gc_max_ms']:>5.1f}ms {row['caller_cpu_ms_per_step']:>13.3f}ms")
+                  f"{row['gc_max_ms']:>5.1f}ms {row['gc_cpu_max_ms']:>4.1f}ms {row['caller_cpu_ms_per_step']:>13.3f}ms")
     print("median [min, max] over rounds:")
     for i, setting in enumerate(_settings(args)):
         rows = [rows[i] for rows in rounds]
         parts = [f"{key} {_spread([row[key] for row in rows], fmt)}" for key, fmt in
                  (("speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
                   ("stall_max_ms", "{:.1f} ms"), ("stall_p99_ms", "{:.2f} ms"), ("floor_max_ms", "{:.1f} ms"),
-                  ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"))]
+                  ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"), ("gc_cpu_max_ms", "{:.1f} ms"))]
         print(f"  {setting.label()}: " + "; ".join(parts))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
