@@ -312,6 +312,7 @@ def test_a_local_model_answers_concurrent_episodes_in_batches(small_panel, tmp_p
         sizes[batch_size] = []
         agent = tagged(make_agent("hf:tiny-llama", env_id="x", env_kwargs={}, reset_options={}, max_tokens=8,
                                   batch_size=batch_size), sizes[batch_size])
+        agent.batch_wait = 30.0  # a full batch leaves at once; a loaded machine's late step still joins it
         out = tmp_path / f"b{batch_size}"
         results, _ = _run(panel, agent, out, max_steps=3, limit=4, concurrency=4)
         assert [r.steps for r in results] == [3, 3, 3, 3]
