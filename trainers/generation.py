@@ -37,7 +37,8 @@ class GenerationBackend(Protocol):
     """What the rollout loop needs from a generator."""
 
     def generate(self, prompts: Sequence[Sequence[int]], *, temperature: float, top_p: float, max_new_tokens: int) -> list[list[int]]:
-        """Sample one response per prompt; return the response token ids (eos kept, pads dropped)."""
+        """Sample one response per prompt (greedy at ``temperature`` 0); return the response token
+        ids (eos kept, pads dropped)."""
         ...
 
 
@@ -58,7 +59,8 @@ class TransformersBackend:
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Sequence[int]], *, temperature: float, top_p: float, max_new_tokens: int) -> list[list[int]]:
-        """Sample responses; prompts are left-padded, batches of ``batch_size``."""
+        """Sample responses (greedy at ``temperature`` 0); prompts are left-padded, batches of
+        ``batch_size``."""
         out: list[list[int]] = []
         device = next(self.model.parameters()).device
         was_training = self.model.training
@@ -72,13 +74,14 @@ class TransformersBackend:
                 for i, p in enumerate(chunk):
                     ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long)
                     att[i, width - len(p):] = 1
+                sample = temperature > 0
                 gen = self.model.generate(
                     input_ids=ids.to(device),
                     attention_mask=att.to(device),
-                    do_sample=True,
-                    temperature=temperature,
-                    top_p=top_p,
-                    top_k=0,
+                    do_sample=sample,
+                    temperature=temperature if sample else None,
+                    top_p=top_p if sample else None,
+                    top_k=0 if sample else None,
                     max_new_tokens=max_new_tokens,
                     pad_token_id=self.pad_id,
                     eos_token_id=sorted(self.eos_ids),

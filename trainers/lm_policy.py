@@ -35,7 +35,7 @@ from agent_envs.rollout import EnvPool, GroupRunner, Turn
 from rubrics.trajectory import Step, Trajectory
 from trainers.generation import GenerationBackend, score_candidates
 
-__all__ = ["RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "candidate_ids", "collect_rollouts", "decision_prompt",
+__all__ = ["RolloutResult", "RolloutSettings", "RowTokens", "TaskRef", "candidate_ids", "chat_ids", "collect_rollouts", "decision_prompt",
            "fill_slots"]
 
 log = logging.getLogger(__name__)
@@ -111,11 +111,17 @@ class RolloutResult:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def _encode_prompt(tokenizer: Any, text: str, max_tokens: int, system: str = "") -> list[int]:
-    ids = tokenizer.apply_chat_template(build_messages(text, system or None), add_generation_prompt=True, tokenize=True)
+def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """The prompt token ids of chat ``messages`` in the tokenizer's template, ending with the
+    assistant header."""
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
-    ids = list(ids)
+    return list(ids)
+
+
+def _encode_prompt(tokenizer: Any, text: str, max_tokens: int, system: str = "") -> list[int]:
+    ids = chat_ids(tokenizer, build_messages(text, system or None))
     if len(ids) > max_tokens:
         ids = ids[-max_tokens:]
     return ids

@@ -252,6 +252,7 @@ class LocalAgent(Agent):
 
     def __init__(self, name: str, *, temperature: float = 0.0, max_tokens: int = 64, seed: int = 0,
                  dtype: str = "float32", batch_size: int = 1, batch_wait: float = 0.05) -> None:
+        from trainers.generation import TransformersBackend
         from trainers.models import load_policy
 
         if batch_size < 1:
@@ -260,6 +261,7 @@ class LocalAgent(Agent):
         self.batch_size, self.batch_wait = batch_size, batch_wait
         self.model, self.tok = load_policy(name, seed=seed, dtype=dtype)
         self.model.eval()
+        self._backend = TransformersBackend(self.model, self.tok, batch_size=batch_size)
         self._lock = threading.Lock()
         self._queue: list[tuple[Sequence[Mapping[str, str]], asyncio.Future[tuple[str, dict[str, int]]]]] = []
         self._drainer: asyncio.Task[None] | None = None
@@ -281,29 +283,15 @@ class LocalAgent(Agent):
 
     def _generate(self, batch: Sequence[Sequence[Mapping[str, str]]]) -> list[tuple[str, dict[str, int]]]:
         """The replies to a batch of conversations and their token counts, in order (one
-        ``generate`` call)."""
-        import torch
+        ``generate`` call of the trainer's backend)."""
+        from trainers.lm_policy import chat_ids
 
-        with self._lock, torch.no_grad():
-            ids = self.tok.apply_chat_template([list(m) for m in batch], add_generation_prompt=True,
-                                               return_tensors="pt", return_dict=True, padding=True)
-            sample = self.temperature > 0
-            out = self.model.generate(**ids, max_new_tokens=self.max_tokens, do_sample=sample,
-                                      temperature=self.temperature if sample else None, top_p=None, top_k=None,
-                                      pad_token_id=self.tok.pad_token_id)
-            start = ids["input_ids"].shape[1]
-            return [(self.tok.decode(row[start:], skip_special_tokens=True),
-                     {"prompt_tokens": int(mask.sum()), "completion_tokens": self._length(row[start:])})
-                    for row, mask in zip(out, ids["attention_mask"])]
-
-    def _length(self, generated: Any) -> int:
-        """Tokens generated up to and including the first end-of-sequence token."""
-        eos = self.model.generation_config.eos_token_id
-        stops = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-        for k, token in enumerate(generated.tolist()):
-            if token in stops:
-                return k + 1
-        return len(generated)
+        prompts = [chat_ids(self.tok, m) for m in batch]
+        with self._lock:
+            responses = self._backend.generate(prompts, temperature=self.temperature, top_p=1.0,
+                                               max_new_tokens=self.max_tokens)
+        return [(self.tok.decode(r, skip_special_tokens=True), {"prompt_tokens": len(p), "completion_tokens": len(r)})
+                for p, r in zip(prompts, responses)]
 
     async def decide(self, ctx: TurnContext) -> Reply:
         future: asyncio.Future[tuple[str, dict[str, int]]] = asyncio.get_running_loop().create_future()
