@@ -47,6 +47,7 @@ Usage::
     python bench/env_concurrency.py --worker-nice 10   # also each worker count with nicer workers
     python bench/env_concurrency.py --worker-nice 10 --gc-freeze   # ... and each with the caller's heap frozen
     python bench/env_concurrency.py --resume-all   # ... against a batch's episodes all resumed at once
+    python bench/env_concurrency.py --gc-cost      # only: one full collection of the caller's heap, frozen or not
 """
 
 from __future__ import annotations
@@ -272,12 +273,18 @@ def main() -> None:
     parser.add_argument("--resume-all", action="store_true",
                         help="also measure every setting with a batch's replies resuming all their episodes at once "
                              "(the pool before it resumed them a slice at a time)")
+    parser.add_argument("--gc-cost", action="store_true",
+                        help="only measure what one full collection of this process's heap costs after an arun "
+                             "(1 worker), before and after gc.freeze()")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
     env_kwargs = {"split": "generated", "generated_n": max(args.games, 60), "max_steps": args.horizon}
     factory = functools.partial(make_env, env_kwargs, args.memo)
     tasks = list(range(args.games))
+    if args.gc_cost:
+        _print_gc_cost(factory, tasks, args.group_size, args.horizon)
+        return
     rounds = [_round(factory, tasks, args, r) for r in range(args.rounds)]
     print(f"{args.games * args.group_size} concurrent ALFWorld-generated episodes ({args.games} games x "
           f"{args.group_size}), horizon {args.horizon}, instant policy; {platform.processor() or platform.machine()}, "
@@ -306,6 +313,30 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"rounds": rounds}, fh, indent=2)
+
+
+def _full_collection_ms() -> float:
+    """CPU milliseconds of one full collection (the fastest of three)."""
+    times = []
+    for _ in range(3):
+        t = time.thread_time()
+        gc.collect()
+        times.append(1000 * (time.thread_time() - t))
+    return min(times)
+
+
+def _print_gc_cost(factory, tasks, group_size: int, horizon: int) -> None:
+    from agent_envs.pool import EnvPool
+    from agent_envs.rollout import GroupRunner
+
+    with EnvPool(factory, workers=1) as pool:
+        asyncio.run(_timed_arun(GroupRunner(pool, max_steps=horizon), tasks, group_size, probe=False))
+        objects, full = len(gc.get_objects()), _full_collection_ms()
+        gc.freeze()
+        frozen = _full_collection_ms()
+        gc.unfreeze()
+    print(f"this process after an arun of {len(tasks) * group_size} episodes: {objects} tracked objects; "
+          f"one full collection {full:.2f} ms of CPU, {frozen:.3f} ms after gc.freeze()")
 
 
 def _round(factory, tasks, args, r: int) -> list[dict]:
