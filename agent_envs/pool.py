@@ -22,11 +22,15 @@ Where environments live (``workers`` and ``backend``):
   mix synchronous and asynchronous calls on an in-process pool concurrently).  A full garbage
   collection of the engine's objects still pauses the event loop: use workers for that.
 * ``workers=W, backend="process"`` (default): W worker processes (``spawn``), environment ``k``
-  in worker ``k % W``.  One I/O thread per worker sends requests and reads replies, batching
-  every request queued meanwhile into one message, so the caller only enqueues.  The replies of
-  a batch come back together; the awaiting coroutines are resumed a few at a time
-  (:data:`_RESUME_SLICE` per turn of the event loop), so the loop's other callbacks do not wait
-  for a whole batch of episodes' work.
+  in worker ``k % W``.  No thread of this process stands in between: a synchronous call sends
+  to every worker concerned, then reads their replies; asynchronous calls made in one turn of
+  the event loop go to a worker as one message at the end of that turn (or after the reply in
+  flight), and the loop's selector waits for the reply.  The replies of a message come back
+  together; the awaiting coroutines are resumed a few at a time (:data:`_RESUME_SLICE` per
+  turn of the event loop), so the loop's other callbacks do not wait for a whole batch of
+  episodes' work.  One event loop at a time may have steps in flight on a worker, and
+  synchronous calls wait until it has none (a loop that ended with steps in flight, its
+  coroutines cancelled, leaves their replies to be dropped).
 * ``workers=W, backend="ray"``: W Ray actors (``pip install rubricgym[ray]``; an initialised
   Ray, e.g. inside verl or OpenRLHF, or a local one started with ``ray.init``), so a multi-node
   job spreads its environments over the cluster; ``ray_options`` go to ``actor.options``
@@ -55,7 +59,9 @@ import asyncio
 import logging
 import multiprocessing as mp
 import os
+import pickle
 import queue
+import struct
 import threading
 import time
 import traceback
@@ -63,7 +69,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agent_envs.registration import make_env
 
@@ -165,10 +171,13 @@ def _close_all(envs: dict[int, Any]) -> None:
     envs.clear()
 
 
-def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any], nice: int = 0) -> None:
+def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any], nice: int = 0,
+                 idle: bool = False) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if nice:
         os.nice(nice)
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     envs: dict[int, Any] = {}
     try:
         while True:
@@ -187,8 +196,47 @@ def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]
 # ------------------------------------------------------------------------------------------
 
 
+class _Awaiting(NamedTuple):
+    """Where the replies of an asynchronous job go: ``out``, a future of ``resumer``'s event loop."""
+
+    resumer: _Resumer
+    out: asyncio.Future
+
+
+#: Who waits for a job's replies: a thread blocked on a concurrent future (:meth:`EnvPool.call`)
+#: or a coroutine awaiting an asyncio future (:meth:`EnvPool.astep`).
+Sink = Future | _Awaiting
+
+
+def _deliver(jobs: Sequence[tuple[list[Request], Sink]], replies: Sequence[tuple[str, Any]] | None = None,
+             error: BaseException | None = None) -> None:
+    """Hand each job its share of ``replies`` (or ``error``), on whatever thread has them: a
+    concurrent future is resolved here; an awaiting coroutine's share is queued on its
+    :class:`_Resumer`, woken once per loop however many of its jobs were answered."""
+    woken: dict[int, _Resumer] = {}
+    at = 0
+    for reqs, sink in jobs:
+        outcome: Any = error if error is not None else replies[at : at + len(reqs)]
+        at += len(reqs)
+        if isinstance(sink, Future):
+            sink.set_exception(outcome) if error is not None else sink.set_result(outcome)
+        else:
+            sink.resumer.ready.append((sink.out, outcome))
+            woken[id(sink.resumer)] = sink.resumer
+    for resumer in woken.values():
+        resumer.wake()
+
+
+def _claim(sink: Sink) -> bool:
+    """Whether the job of ``sink`` is still wanted (not cancelled); a concurrent future becomes
+    running, so it can no longer be cancelled."""
+    if isinstance(sink, Future):
+        return sink.set_running_or_notify_cancel()
+    return not sink.out.cancelled()  # read from the host's thread: a cancellation racing it still runs the job
+
+
 class _QueuedHost:
-    """A host served by one thread that drains a queue of ``(requests, future)`` jobs,
+    """A host served by one thread that drains a queue of ``(requests, sink)`` jobs,
     batching every job queued meanwhile into one :meth:`_exchange`."""
 
     def __init__(self, name: str) -> None:
@@ -198,14 +246,19 @@ class _QueuedHost:
         self._thread.start()
 
     def submit(self, requests: Sequence[Request]) -> Future:
+        """Queue ``requests``; their replies resolve the returned future."""
         fut: Future = Future()
         self._jobs.put((list(requests), fut))
         return fut
 
+    def post(self, requests: Sequence[Request], to: _Awaiting) -> None:
+        """Queue ``requests``; their replies resolve ``to.out`` on its event loop."""
+        self._jobs.put((list(requests), to))
+
     def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _take(self) -> tuple[list[tuple[list[Request], Future]], bool]:
+    def _take(self) -> tuple[list[tuple[list[Request], Sink]], bool]:
         """The next jobs (at least one, up to :data:`_MAX_BATCH` requests) and whether to stop."""
         first = self._jobs.get()
         if first is None:
@@ -226,28 +279,23 @@ class _QueuedHost:
         stop = False
         while not stop:
             jobs, stop = self._take()
-            jobs = [(reqs, fut) for reqs, fut in jobs if fut.set_running_or_notify_cancel()]
+            jobs = [(reqs, sink) for reqs, sink in jobs if _claim(sink)]
             if jobs:
                 self._answer(jobs)
 
-    def _answer(self, jobs: list[tuple[list[Request], Future]]) -> None:
+    def _answer(self, jobs: list[tuple[list[Request], Sink]]) -> None:
         if self._broken is None:
             try:
                 replies = self._exchange([r for reqs, _ in jobs for r in reqs])
             except RolloutWorkerError as exc:
                 self._broken = exc
             except BaseException as exc:  # noqa: BLE001  (a bug: hand it to the callers)
-                for _, fut in jobs:
-                    fut.set_exception(exc)
+                _deliver(jobs, error=exc)
                 return
         if self._broken is not None:
-            for _, fut in jobs:
-                fut.set_exception(self._broken)
+            _deliver(jobs, error=self._broken)
             return
-        at = 0
-        for reqs, fut in jobs:
-            fut.set_result(replies[at : at + len(reqs)])
-            at += len(reqs)
+        _deliver(jobs, replies)
 
     def _stop_thread(self, wait: float = 30.0) -> None:
         if self._thread.is_alive():
@@ -270,38 +318,215 @@ class _ThreadHost(_QueuedHost):
         self._stop_thread()
 
 
-class _ProcessHost(_QueuedHost):
-    """One worker process, spoken to over a pipe by one I/O thread of this process."""
+class _Pending:
+    """The reply to a message already sent to a worker process, read when asked for."""
+
+    def __init__(self, host: _ProcessHost, error: RolloutWorkerError | None = None) -> None:
+        self.host, self.error = host, error
+
+    def result(self) -> list[tuple[str, Any]]:
+        if self.error is not None:
+            raise self.error
+        return self.host.receive()
+
+
+class _ProcessHost:
+    """One worker process and the socket to it, with no thread of this process in between.
+
+    Synchronous calls send a message and read its reply in the calling thread (:meth:`submit`
+    sends at once, so every worker computes while the caller reads the first reply).
+    Asynchronous calls (:meth:`post`) are queued; at the end of the current turn of the
+    caller's event loop everything queued goes in one message, and the loop's own selector
+    waits for the reply (a reader on the socket) while a watchdog timer checks every
+    :data:`_POLL_S` seconds that the worker still runs.  Jobs posted while a message is in
+    flight go in the next one.  No thread of this process competes with the loop for the
+    GIL: handing replies over from an I/O thread cost the loop stalls of several milliseconds
+    on a 2-core machine (``bench/env_concurrency.py``)."""
 
     def __init__(self, index: int, ctx: Any, pool: EnvPool) -> None:
         parent, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, pool.env, pool.env_kwargs, pool.worker_nice),
-                                daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, pool.env, pool.env_kwargs, pool.worker_nice,
+                                                            pool.worker_idle), daemon=True)
         self.proc.start()
         child.close()
         self.index, self.conn, self.timeout = index, parent, pool.timeout
-        super().__init__(f"rubricgym-env-worker-{index}")
+        self._broken: RolloutWorkerError | None = None
+        self._stuck = False
+        self._buf = bytearray()  # bytes of a reply not yet complete
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop reading the reply in flight
+        self._outbox: list[tuple[list[Request], _Awaiting]] = []
+        self._in_flight: list[tuple[list[Request], _Awaiting]] | None = None
+        self._flush_handle: asyncio.Handle | None = None
+        self._watch: asyncio.TimerHandle | None = None
+        self._sent_at = 0.0
 
-    def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:
+    # --- synchronous --------------------------------------------------------------------
+
+    def submit(self, requests: Sequence[Request]) -> _Pending:
+        """Send ``requests`` now; the returned object's ``result()`` reads the replies."""
+        self._settle_loop("step it synchronously")
+        if self._broken is None:
+            try:
+                self.conn.send(list(requests))
+            except OSError as exc:  # BrokenPipeError: killed between calls
+                self._break(exc)
+        return _Pending(self, self._broken)
+
+    def receive(self) -> list[tuple[str, Any]]:
+        """The reply to the message sent last, read in this thread."""
         try:
-            self.conn.send(requests)
-            return self._receive()
-        except (EOFError, OSError, _WorkerStopped, _WorkerTimeout) as exc:  # BrokenPipeError: killed between calls
-            raise RolloutWorkerError(self._describe(exc)) from exc
+            return self._read_reply()
+        except (EOFError, OSError, _WorkerStopped, _WorkerTimeout) as exc:
+            raise self._break(exc) from exc
 
-    def _receive(self) -> Any:
-        """The worker's reply; checks every :data:`_POLL_S` seconds of waiting that the worker
-        still runs (a dead one raises ``EOFError``, a stopped one — read from Linux ``/proc`` —
-        :class:`_WorkerStopped`) and that ``timeout`` has not passed."""
+    def _break(self, exc: BaseException) -> RolloutWorkerError:
+        """Mark this host lost for good (every later call raises the same error)."""
+        self._broken = RolloutWorkerError(self._describe(exc))
+        self._stuck = isinstance(exc, _WorkerTimeout)  # still busy: close kills it
+        return self._broken
+
+    def _read_reply(self) -> Any:
+        """Read until a whole reply has arrived; checks every :data:`_POLL_S` seconds of waiting
+        that the worker still runs and that ``timeout`` has not passed."""
         start = time.monotonic()
-        while not self.conn.poll(_POLL_S):
-            if not self.proc.is_alive():
-                raise EOFError(f"rollout worker {self.index} exited without replying")
-            if _process_state(self.proc.pid) == "T":
-                raise _WorkerStopped(f"rollout worker {self.index} is stopped")
-            if self.timeout is not None and time.monotonic() - start > self.timeout:
-                raise _WorkerTimeout(f"rollout worker {self.index} did not reply")
-        return self.conn.recv()
+        while (body := self._frame()) is None:
+            if self.conn.poll(_POLL_S):
+                self._read_some()
+            else:
+                self._check_running(start)
+        return pickle.loads(body)
+
+    # --- asynchronous -------------------------------------------------------------------
+
+    def post(self, requests: Sequence[Request], to: _Awaiting) -> None:
+        """Queue ``requests`` to go at the end of this turn of ``to``'s loop (or after the
+        reply in flight); their replies resolve ``to.out``."""
+        loop = to.resumer.loop
+        if self._loop is not loop:
+            self._settle_loop("await it from another event loop")
+            self._loop = loop
+        if self._broken is not None:
+            _deliver([(list(requests), to)], error=self._broken)
+            return
+        self._outbox.append((list(requests), to))
+        if self._in_flight is None and self._flush_handle is None:
+            self._flush_handle = loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send every queued job still wanted (up to :data:`_MAX_BATCH` requests) as one message."""
+        self._flush_handle = None
+        jobs, size = [], 0
+        while self._outbox and size < _MAX_BATCH:
+            reqs, to = self._outbox.pop(0)
+            if not to.out.cancelled():
+                jobs.append((reqs, to))
+                size += len(reqs)
+        if not jobs:
+            self._idle()
+            return
+        try:
+            self.conn.send([r for reqs, _ in jobs for r in reqs])
+        except OSError as exc:
+            self._fail(exc, jobs)
+            return
+        loop = self._loop
+        self._in_flight, self._sent_at = jobs, time.monotonic()
+        if self._watch is None:
+            loop.add_reader(self.conn.fileno(), self._readable)
+            self._watch = loop.call_later(_POLL_S, self._watchdog)
+
+    def _readable(self) -> None:
+        try:
+            self._read_some()
+        except (EOFError, OSError) as exc:
+            self._fail(exc)
+            return
+        body = self._frame()
+        if body is None:
+            return
+        jobs, self._in_flight = self._in_flight or [], None
+        _deliver(jobs, pickle.loads(body))
+        if self._outbox:
+            self._flush()
+        else:
+            self._idle()
+
+    def _watchdog(self) -> None:
+        try:
+            self._check_running(self._sent_at)
+        except (EOFError, _WorkerStopped, _WorkerTimeout) as exc:
+            self._fail(exc)
+            return
+        self._watch = self._loop.call_later(_POLL_S, self._watchdog)
+
+    def _idle(self) -> None:
+        """Nothing in flight: stop watching the socket, so another loop may use this host."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+            self._loop.remove_reader(self.conn.fileno())
+        if not self._outbox and self._flush_handle is None:
+            self._loop = None
+
+    def _fail(self, exc: BaseException, jobs: list | None = None) -> None:
+        self._break(exc)
+        jobs = (jobs or []) + (self._in_flight or []) + self._outbox
+        self._in_flight, self._outbox = None, []
+        self._idle()
+        _deliver(jobs, error=self._broken)
+
+    def _settle_loop(self, doing: str) -> None:
+        """Before this host is used by a caller other than :attr:`_loop`: a loop that ended
+        with a reply in flight (its coroutines were cancelled) leaves it to be read and
+        dropped here; a loop still running keeps it."""
+        loop = self._loop
+        if loop is None:
+            return
+        if not loop.is_closed():
+            raise RuntimeError(f"rollout worker {self.index} has steps in flight on a running event loop; "
+                               f"await them before you {doing}")
+        self._watch = self._flush_handle = None  # the closed loop's handles and reader went with it
+        in_flight, self._in_flight, self._outbox, self._loop = self._in_flight, None, [], None
+        if in_flight is not None and self._broken is None:
+            try:
+                self.receive()
+            except RolloutWorkerError:
+                pass
+
+    # --- shared -------------------------------------------------------------------------
+
+    def _read_some(self) -> None:
+        data = os.read(self.conn.fileno(), 1 << 20)
+        if not data:
+            raise EOFError(f"rollout worker {self.index} exited without replying")
+        self._buf += data
+
+    def _frame(self) -> bytes | None:
+        """One whole message off the front of the buffer (multiprocessing's framing: a 4-byte
+        signed big-endian length, -1 then an 8-byte length for messages of 2 GiB or more)."""
+        buf = self._buf
+        if len(buf) < 4:
+            return None
+        (size,), start = struct.unpack("!i", buf[:4]), 4
+        if size == -1:
+            if len(buf) < 12:
+                return None
+            (size,), start = struct.unpack("!Q", buf[4:12]), 12
+        if len(buf) < start + size:
+            return None
+        body = bytes(buf[start : start + size])
+        del buf[: start + size]
+        return body
+
+    def _check_running(self, since: float) -> None:
+        """Raise if the worker has exited (``EOFError``), is stopped — read from Linux ``/proc``
+        — (:class:`_WorkerStopped`) or has been answering for longer than ``timeout``."""
+        if not self.proc.is_alive():
+            raise EOFError(f"rollout worker {self.index} exited without replying")
+        if _process_state(self.proc.pid) == "T":
+            raise _WorkerStopped(f"rollout worker {self.index} is stopped")
+        if self.timeout is not None and time.monotonic() - since > self.timeout:
+            raise _WorkerTimeout(f"rollout worker {self.index} did not reply")
 
     def _describe(self, exc: BaseException) -> str:
         w, pid = self.index, self.proc.pid
@@ -321,9 +546,12 @@ class _ProcessHost(_QueuedHost):
         return _proc_cpu_seconds(self.proc.pid)
 
     def close(self) -> None:
-        self._stop_thread(wait=10.0)
-        stuck = self._thread.is_alive() or isinstance(getattr(self._broken, "__cause__", None), _WorkerTimeout)
-        if stuck or _process_state(self.proc.pid) == "T":  # busy forever, or stopped: it reads no None and ignores SIGTERM
+        loop = self._loop
+        if self._watch is not None and loop is not None and not loop.is_closed():
+            self._watch.cancel()
+            loop.remove_reader(self.conn.fileno())
+        self._watch = self._flush_handle = self._loop = None
+        if self._stuck or _process_state(self.proc.pid) == "T":  # busy forever, or stopped: it reads no None and ignores SIGTERM
             self.proc.kill()
         else:
             try:
@@ -334,7 +562,6 @@ class _ProcessHost(_QueuedHost):
         if self.proc.is_alive():
             self.proc.terminate()
             self.proc.join(timeout=5)
-        self._thread.join(timeout=10)  # a killed worker ends a wait in progress
         self.conn.close()
 
 
@@ -384,6 +611,13 @@ class _RayHost:
         ref_future.add_done_callback(lambda f: self._settle(f, out))
         return out
 
+    def post(self, requests: Sequence[Request], to: _Awaiting) -> None:
+        """:meth:`submit`, the replies resolving ``to.out`` on its event loop (from Ray's thread)."""
+        reqs = list(requests)
+        fut = self.submit(reqs)
+        fut.add_done_callback(lambda f: _deliver([(reqs, to)], error=f.exception()) if f.exception() is not None
+                              else _deliver([(reqs, to)], f.result()))
+
     def _settle(self, done: Future, out: Future) -> None:
         exc = done.exception()
         if exc is None:
@@ -413,55 +647,46 @@ class _Resumer:
     """Hands replies from hosts' threads to the awaiting coroutines of one event loop, at most
     :data:`_RESUME_SLICE` per turn of the loop.
 
-    ``asyncio.wrap_future`` would schedule every reply of a batch at once, and the loop would
-    then run every resumed episode (its policy call, its bookkeeping) before any other ready
-    callback: the batch's size times an episode's work, one stall.  Here one thread-safe wake-up
-    per batch starts a drain that resumes a slice, then queues itself behind whatever became
-    ready meanwhile (a timer, another coroutine)."""
+    A host's thread only appends ``(future, outcome)`` pairs to :attr:`ready` and wakes the
+    loop once per answered batch (:meth:`wake`); everything else happens on the loop's thread,
+    so the loop never waits for a lock or a future's condition that a host's thread holds (a
+    contended lock hands the GIL to that thread, and getting it back can take the whole switch
+    interval, 5 ms).  ``asyncio.wrap_future`` would also schedule every reply of a batch at
+    once, and the loop would then run every resumed episode (its policy call, its bookkeeping)
+    before any other ready callback: the batch's size times an episode's work, one stall.  Here
+    the drain resumes a slice, then queues itself behind whatever became ready meanwhile (a
+    timer, another coroutine)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop, self.ready, self.lock, self.draining = loop, deque(), threading.Lock(), False
+        self.loop, self.ready, self.draining = loop, deque(), False
 
-    def bridge(self, fut: Future) -> asyncio.Future:
-        """An asyncio future of this loop that the concurrent ``fut`` resolves (through the
-        drain); cancelling it cancels ``fut`` if its job has not started."""
-        out = self.loop.create_future()
-        out.add_done_callback(lambda f: fut.cancel() if f.cancelled() else None)
-        fut.add_done_callback(lambda f: self._arrived(out, f))
-        return out
-
-    def _arrived(self, out: asyncio.Future, fut: Future) -> None:  # on the host's thread
-        if self.loop.is_closed():  # the caller's loop ended without awaiting this reply
-            return
-        self.ready.append((out, fut))
-        with self.lock:
-            if self.draining:
-                return
-            self.draining = True
+    def wake(self) -> None:  # on a host's thread, after appending to ``ready``
         try:
-            self.loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:  # closed in the meantime
+            self.loop.call_soon_threadsafe(self._kick)
+        except RuntimeError:  # the caller's loop ended without awaiting these replies
             pass
 
-    def _drain(self) -> None:  # on the loop's thread
+    def _kick(self) -> None:  # on the loop's thread, like everything that reads ``draining``
+        if not self.draining:
+            self.draining = True
+            self._drain()
+
+    def _drain(self) -> None:
         for _ in range(_RESUME_SLICE):
             try:
-                out, fut = self.ready.popleft()
+                out, outcome = self.ready.popleft()
             except IndexError:
                 break
-            if out.done():
+            if out.done():  # cancelled while its job ran
                 continue
-            if fut.cancelled():
-                out.cancel()
-            elif fut.exception() is not None:
-                out.set_exception(fut.exception())
+            if isinstance(outcome, BaseException):
+                out.set_exception(outcome)
             else:
-                out.set_result(fut.result())
-        with self.lock:
-            if not self.ready:
-                self.draining = False
-                return
-        self.loop.call_soon(self._drain)
+                out.set_result(outcome)
+        if self.ready:
+            self.loop.call_soon(self._drain)
+        else:  # a later append comes with its own wake
+            self.draining = False
 
 
 # ------------------------------------------------------------------------------------------
@@ -495,12 +720,18 @@ class EnvPool:
             loop when they compete for them (on a 2-core machine with 2 workers the loop's
             99th-percentile stall fell from 3.5-3.9 to 1.4-1.8 ms at 10, the workers as busy;
             ``bench/env_concurrency.py --worker-nice 10``); 0 leaves the priority as it is.
+        worker_idle: Run each worker process under Linux's ``SCHED_IDLE`` policy (worker
+            processes only, not with ``worker_nice``): the environments get only the cores that
+            no other process wants, and any of this machine's ordinary threads (the trainer's
+            event loop, its data loaders) takes a core from them at once.  For a caller that
+            shares the cores with its workers; on a machine whose cores are busy with other
+            work the environments would get little time.
     """
 
     def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None, *,
                  workers: int = 0, start_method: str = "spawn", backend: str = "process",
                  ray_options: Mapping[str, Any] | None = None, timeout: float | None = None,
-                 worker_nice: int = 0) -> None:
+                 worker_nice: int = 0, worker_idle: bool = False) -> None:
         if not (isinstance(env, str) or callable(env)):
             raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
@@ -516,8 +747,14 @@ class EnvPool:
         if worker_nice and not (workers and backend == "process"):
             raise ValueError("worker_nice applies to worker processes (workers > 0, backend='process'); "
                              "in this process or on Ray it would change another process's priority")
+        if worker_idle and not (workers and backend == "process"):
+            raise ValueError("worker_idle applies to worker processes (workers > 0, backend='process')")
+        if worker_idle and worker_nice:
+            raise ValueError("give worker_idle or worker_nice, not both (SCHED_IDLE ignores niceness)")
+        if worker_idle and not hasattr(os, "SCHED_IDLE"):
+            raise ValueError("worker_idle needs Linux's SCHED_IDLE scheduling policy")
         self.env, self.env_kwargs, self.n = env, dict(env_kwargs or {}), n
-        self.worker_nice = worker_nice
+        self.worker_nice, self.worker_idle = worker_nice, bool(worker_idle)
         self.workers = workers if n is None else min(workers, n)
         self.backend, self.timeout = backend, timeout
         self.ray_options = dict(ray_options) if ray_options is not None else {"num_cpus": 1}
@@ -598,7 +835,10 @@ class EnvPool:
     async def _acall(self, cmd: str, item: tuple) -> Any:
         self._check_index(item[0])
         host = self.hosts[item[0] % self.workers] if self.workers else self._engine_thread()
-        ((status, payload),) = await self._resumer().bridge(host.submit([(cmd, item)]))
+        resumer = self._resumer()
+        out = resumer.loop.create_future()
+        host.post([(cmd, item)], _Awaiting(resumer, out))
+        ((status, payload),) = await out
         if status == "ok":
             return payload
         if status == "raised":

@@ -45,6 +45,7 @@ Usage::
     python bench/env_concurrency.py                 # 16 games x 4 siblings, horizon 30, 3 rounds (~6 min)
     python bench/env_concurrency.py --games 8 --group-size 8 --workers 1 2
     python bench/env_concurrency.py --worker-nice 10   # also each worker count with nicer workers
+    python bench/env_concurrency.py --worker-idle      # ... with SCHED_IDLE workers
     python bench/env_concurrency.py --worker-nice 10 --gc-freeze   # ... and each with the caller's heap frozen
     python bench/env_concurrency.py --resume-all   # ... against a batch's episodes all resumed at once
     python bench/env_concurrency.py --gc-cost      # only: one full collection of the caller's heap, frozen or not
@@ -151,18 +152,20 @@ def _parallel_steps_per_s(factory, tasks, group_size: int, horizon: int, workers
     return sum(d for _env, d, _wall in done) / max(wall for _env, _d, wall in done)
 
 
-def _spin(seconds: float, nice: int = 0) -> None:
+def _spin(seconds: float, nice: int = 0, idle: bool = False) -> None:
     os.nice(nice)
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
 
 
-def _stall_floor(busy: int, nice: int = 0, seconds: float = 4.0) -> tuple[float, float]:
+def _stall_floor(busy: int, nice: int = 0, idle: bool = False, seconds: float = 4.0) -> tuple[float, float]:
     """The ticker alone in this process while ``busy`` processes spin on the cores, as nice as
-    the pool's workers."""
+    the pool's workers (or as idle)."""
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_spin, args=(seconds + 1.0, nice)) for _ in range(busy)]
+    procs = [ctx.Process(target=_spin, args=(seconds + 1.0, nice, idle)) for _ in range(busy)]
     for proc in procs:
         proc.start()
     time.sleep(0.5)  # the spinners are running
@@ -211,14 +214,16 @@ class Setting(NamedTuple):
     nice: int = 0
     freeze: bool = False
     resume_all: bool = False
+    idle: bool = False
 
     def label(self) -> str:
         return (f"{self.workers} worker{'s' if self.workers > 1 else ''}" + (f", nice {self.nice}" if self.nice else "")
+                + (", SCHED_IDLE" if self.idle else "")
                 + (", caller's heap frozen" if self.freeze else "") + (", all resumed at once" if self.resume_all else ""))
 
     def short(self) -> str:
-        return (f"{self.workers}" + (f" n{self.nice}" if self.nice else "") + (" f" if self.freeze else "")
-                + (" a" if self.resume_all else ""))
+        return (f"{self.workers}" + (f" n{self.nice}" if self.nice else "") + (" i" if self.idle else "")
+                + (" f" if self.freeze else "") + (" a" if self.resume_all else ""))
 
 
 def _pooled(factory, tasks, group_size: int, horizon: int, setting: Setting) -> dict:
@@ -240,7 +245,7 @@ def _pool_figures(factory, tasks, group_size: int, horizon: int, setting: Settin
     from agent_envs.pool import EnvPool
     from agent_envs.rollout import GroupRunner
 
-    with EnvPool(factory, workers=setting.workers, worker_nice=setting.nice) as pool:
+    with EnvPool(factory, workers=setting.workers, worker_nice=setting.nice, worker_idle=setting.idle) as pool:
         runner = GroupRunner(pool, max_steps=horizon)
         asyncio.run(_timed_arun(runner, tasks, group_size, probe=False))  # warm-up: each worker grounds its games
         if setting.freeze:
@@ -268,6 +273,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of side-by-side measurements")
     parser.add_argument("--worker-nice", type=int, default=0,
                         help="also measure every worker count with workers this much nicer (EnvPool(worker_nice=))")
+    parser.add_argument("--worker-idle", action="store_true",
+                        help="also measure every worker count with SCHED_IDLE workers (EnvPool(worker_idle=True))")
     parser.add_argument("--gc-freeze", action="store_true",
                         help="also measure every setting with this process's heap frozen (gc.freeze()) after the warm-up")
     parser.add_argument("--resume-all", action="store_true",
@@ -295,7 +302,7 @@ def main() -> None:
           f"{'caller CPU/step':>15}")
     for r, rows in enumerate(rounds):
         for row in rows:
-            label = Setting(row["workers"], row["nice"], row["freeze"], row["resume_all"]).short()
+            label = Setting(row["workers"], row["nice"], row["freeze"], row["resume_all"], row["idle"]).short()
             print(f"{r:>5} {1000 * row['step_s']:>7.2f} {label:>7} {row['steps_per_s']:>8.1f} "
                   f"{row['speedup']:>7.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
                   f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
@@ -351,7 +358,7 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
         w = setting.workers
         row = _pooled(factory, tasks, args.group_size, args.horizon, setting)
         row["parallel_steps_per_s"] = _parallel_steps_per_s(factory, tasks, args.group_size, args.horizon, w)
-        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w, setting.nice)
+        row["floor_max_ms"], row["floor_p99_ms"] = _stall_floor(w, setting.nice, setting.idle)
         ideal = min(w, os.cpu_count() or 1) / step_s
         row.update(round=r, step_s=step_s, ideal_steps_per_s=ideal, efficiency=row["steps_per_s"] / ideal,
                    vs_parallel=row["steps_per_s"] / row["parallel_steps_per_s"],
@@ -364,11 +371,12 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
 
 def _settings(args) -> list[Setting]:
     """Every pool measured, in order."""
-    nices = [0] + ([args.worker_nice] if args.worker_nice else [])
+    priorities = [(0, False)] + ([(args.worker_nice, False)] if args.worker_nice else []) + (
+        [(0, True)] if args.worker_idle else [])
     freezes = [False] + ([True] if args.gc_freeze else [])
     resumes = [False] + ([True] if args.resume_all else [])
-    return [Setting(w, nice, freeze, resume_all) for w in args.workers for nice in nices for freeze in freezes
-            for resume_all in resumes]
+    return [Setting(w, nice, freeze, resume_all, idle) for w in args.workers for nice, idle in priorities
+            for freeze in freezes for resume_all in resumes]
 
 
 def _spread(values: list[float], fmt: str) -> str:

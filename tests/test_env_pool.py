@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import re
 import time
 from pathlib import Path
 
@@ -294,3 +295,117 @@ def test_bad_pool_arguments_are_named():
         asyncio.run(runner.arun([0], None, group_size=1, groups_in_flight=True))
     with EnvPool("CartPole-v1", n=1) as pool, pytest.raises(IndexError, match="out of range 0..0"):
         asyncio.run(pool.astep(3, 0))
+
+
+class _Tally(gym.Env):
+    """Counts its steps: the observation is how many ``step`` calls it has run since reset."""
+
+    observation_space = gym.spaces.Discrete(1000)
+    action_space = gym.spaces.Text(16)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return 0, {}
+
+    def step(self, action):
+        if action == "pause":
+            time.sleep(0.3)
+        self.steps += 1
+        return self.steps, 0.0, False, False, {}
+
+
+def test_a_cancelled_step_that_has_not_left_never_runs():
+    """Environment 1's step waits behind environment 0's slow one (one worker, one message in
+    flight); cancelled meanwhile, it is never sent: environment 1 has run 0 steps, and the
+    next step is its first."""
+
+    async def main(pool):
+        await asyncio.gather(pool.areset(0), pool.areset(1))
+        slow = asyncio.ensure_future(pool.astep(0, "pause"))
+        await asyncio.sleep(0.05)  # the slow step is in flight
+        queued = asyncio.ensure_future(pool.astep(1, "go"))
+        await asyncio.sleep(0)
+        queued.cancel()
+        await slow
+        return queued.cancelled(), (await pool.astep(1, "go"))[0]
+
+    with EnvPool(_Tally, n=2, workers=1) as pool:
+        assert asyncio.run(main(pool)) == (True, 1)
+
+
+def test_an_event_loop_that_ends_mid_step_leaves_the_pool_usable():
+    """A loop that ends with a step in flight (``asyncio.run`` cancels the episode) leaves its
+    reply behind; the next synchronous call and the next loop drop it and get their own
+    replies.  A synchronous call while a running loop has steps in flight is refused, named."""
+
+    async def abandon(pool):
+        asyncio.ensure_future(pool.astep(0, "pause"))
+        await asyncio.sleep(0.05)  # sent; the loop ends before the reply
+
+    async def mixed(pool):
+        step = asyncio.ensure_future(pool.astep(0, "go"))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # flushed: in flight
+        with pytest.raises(RuntimeError, match=r"rollout worker 0 has steps in flight .* step it synchronously"):
+            pool.step([(0, "go")])
+        return (await step)[0]
+
+    with EnvPool(_Tally, n=1, workers=1) as pool:
+        pool.reset([(0, None, None)])
+        asyncio.run(abandon(pool))
+        assert pool.step([(0, "go")])[0][0] == 2  # the abandoned step ran: this is the second
+        asyncio.run(abandon(pool))
+        assert asyncio.run(pool.astep(0, "go"))[0] == 4
+        assert asyncio.run(mixed(pool)) == 5
+
+
+@pytest.mark.parametrize("how", ["killed", "stopped", "timeout"])
+def test_a_lost_worker_fails_the_awaiting_steps_with_its_name(tmp_path, how):
+    """Awaited steps learn of a worker killed (SIGKILL) or stopped (SIGSTOP) while they are in
+    flight, or of one past the pool's ``timeout``, from the event loop itself (its reader and
+    watchdog); every step in flight or queued on that worker fails, naming it, and later ones too."""
+    import os
+    import signal
+
+    (tmp_path / "gate").touch()
+    pool = EnvPool(functools.partial(_Gated, str(tmp_path / "gate")), n=2, workers=1,
+                   timeout=1.0 if how == "timeout" else None)
+
+    async def main():
+        await asyncio.gather(pool.areset(0), pool.areset(1))
+        pid = pool.procs[0].pid
+        steps = [asyncio.ensure_future(pool.astep(0, "hang")), asyncio.ensure_future(pool.astep(1, "go"))]
+        await asyncio.sleep(0.2)
+        if how != "timeout":
+            os.kill(pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        out = await asyncio.wait_for(asyncio.gather(*steps, return_exceptions=True), timeout=30)
+        with pytest.raises(RolloutWorkerError):
+            await pool.astep(1, "go")
+        return pid, out
+
+    try:
+        pid, out = asyncio.run(main())
+    finally:
+        pool.close()
+    why = {"killed": "died: it was killed by signal 9", "stopped": r"is stopped \(by SIGSTOP or SIGTSTP\)",
+           "timeout": "did not reply within 1 s"}[how]
+    assert all(isinstance(e, RolloutWorkerError) and re.search(rf"rollout worker 0 \(pid {pid}\) {why}", str(e))
+               for e in out), out
+    assert _zombie_or_gone(pid)
+
+
+def test_worker_idle_schedules_only_the_workers_as_idle():
+    """``worker_idle=True``: each worker runs under SCHED_IDLE, this process keeps its own policy;
+    refused in-process and together with ``worker_nice``."""
+    import os
+
+    own = os.sched_getscheduler(0)
+    with EnvPool("CartPole-v1", workers=2, worker_idle=True) as pool:
+        pool.reset([(0, 1, None), (1, 1, None)])  # both workers are past their start
+        assert [os.sched_getscheduler(proc.pid) for proc in pool.procs] == [os.SCHED_IDLE] * 2
+    assert os.sched_getscheduler(0) == own
+    with pytest.raises(ValueError, match="worker_idle applies to worker processes"):
+        EnvPool("CartPole-v1", worker_idle=True)
+    with pytest.raises(ValueError, match="not both"):
+        EnvPool("CartPole-v1", workers=1, worker_idle=True, worker_nice=5)
