@@ -20,7 +20,13 @@ side by side in one run.  Printed per setting:
   also "busy": the workers' CPU seconds over W cores x the pool's wall time, measured during
   the same run (the share of the cores the workers spent stepping: idle waiting for the
   caller, or descheduled for it, lowers it);
-* this process's own CPU per step (the I/O threads, the coroutines, ``step_from_info``): what a
+* "vs first at equal cost": the speed-up over the first setting with each run's steps/s
+  divided by the steps its workers made per CPU-second in that same run, i.e. the ratio of the
+  cores' worth of stepping each pool kept busy (``W x busy``).  The plain ratio ("vs first")
+  also carries the machine's drift between the two runs (seen here: a step's cost moving by
+  +-25 % within an hour); this one assumes a step costs a worker as much at W workers as at 1,
+  which the parallel reference checks;
+* this process's own CPU per step (reading the replies, the coroutines, ``step_from_info``): what a
   trainer pays for stepping through the pool;
 * the event loop's longest stall and its 99th percentile while the episodes ran (a second run,
   with a ticker coroutine that sleeps 1 ms at a time and records how late it wakes), next to
@@ -297,14 +303,14 @@ def main() -> None:
           f"{args.group_size}), horizon {args.horizon}, instant policy; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, transition memo {'on' if args.memo else 'off'}, {date.today()}; "
           f"{args.rounds} rounds, each measuring every setting side by side")
-    print(f"{'round':>5} {'step ms':>7} {'workers':>7} {'steps/s':>8} {'vs first':>8} {'ideal':>7} {'eff':>5} "
+    print(f"{'round':>5} {'step ms':>7} {'workers':>7} {'steps/s':>8} {'vs first':>8} {'same cost':>9} {'ideal':>7} {'eff':>5} "
           f"{'parallel':>8} {'vs par':>6} {'busy':>5} {'stall max':>9} {'p99':>6} {'floor max':>9} {'p99':>6} {'gc max':>7} {'cpu':>6} "
           f"{'caller CPU/step':>15}")
     for r, rows in enumerate(rounds):
         for row in rows:
             label = Setting(row["workers"], row["nice"], row["freeze"], row["resume_all"], row["idle"]).short()
             print(f"{r:>5} {1000 * row['step_s']:>7.2f} {label:>7} {row['steps_per_s']:>8.1f} "
-                  f"{row['speedup']:>7.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
+                  f"{row['speedup']:>7.2f}x {row['cost_speedup']:>8.2f}x {row['ideal_steps_per_s']:>7.1f} {row['efficiency']:>5.0%} "
                   f"{row['parallel_steps_per_s']:>8.1f} {row['vs_parallel']:>6.0%} {row['busy']:>5.0%} "
                   f"{row['stall_max_ms']:>7.2f}ms "
                   f"{row['stall_p99_ms']:>4.2f}ms {row['floor_max_ms']:>7.2f}ms {row['floor_p99_ms']:>4.2f}ms "
@@ -313,7 +319,7 @@ def main() -> None:
     for i, setting in enumerate(_settings(args)):
         rows = [rows[i] for rows in rounds]
         parts = [f"{key} {_spread([row[key] for row in rows], fmt)}" for key, fmt in
-                 (("speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
+                 (("speedup", "{:.2f}x"), ("cost_speedup", "{:.2f}x"), ("efficiency", "{:.0%}"), ("vs_parallel", "{:.0%}"), ("busy", "{:.0%}"),
                   ("stall_max_ms", "{:.1f} ms"), ("stall_p99_ms", "{:.2f} ms"), ("floor_max_ms", "{:.1f} ms"),
                   ("floor_p99_ms", "{:.2f} ms"), ("gc_max_ms", "{:.1f} ms"), ("gc_cpu_max_ms", "{:.1f} ms"))]
         print(f"  {setting.label()}: " + "; ".join(parts))
@@ -366,6 +372,7 @@ def _round(factory, tasks, args, r: int) -> list[dict]:
         rows.append(row)
     for row in rows:
         row["speedup"] = row["steps_per_s"] / rows[0]["steps_per_s"]
+        row["cost_speedup"] = (row["worker_cpu_s"] / row["wall_s"]) / (rows[0]["worker_cpu_s"] / rows[0]["wall_s"])
     return rows
 
 
