@@ -96,7 +96,8 @@ def test_invalid_responses_and_the_turn_limit(env_vars, tokenizer, monkeypatch) 
 
 def _episode_pool():
     cfg = openrlhf_agent.AgentConfig.from_environ()
-    return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend)
+    return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend,
+                        pool_options=cfg.env_pool_options)
 
 
 def test_environments_are_reused_across_samples(env_vars, tokenizer) -> None:
@@ -137,6 +138,25 @@ def test_steps_do_not_block_openrlhfs_event_loop(tokenizer, tmp_path, monkeypatc
 def test_bad_environment_variables_are_named(monkeypatch) -> None:
     monkeypatch.setenv("RUBRICGYM_ENV_KWARGS", "[1, 2]")
     with pytest.raises(ValueError, match="RUBRICGYM_ENV_KWARGS must be a JSON object"):
+        openrlhf_agent.AgentConfig.from_environ()
+
+
+def test_pool_options_reach_the_environments_workers(env_vars, tokenizer, monkeypatch) -> None:
+    """``RUBRICGYM_ENV_POOL_OPTIONS``: the episode wins through a worker under SCHED_IDLE with the
+    pool's timeout; bad JSON and unknown options are refused by name."""
+    import os
+
+    monkeypatch.setenv("RUBRICGYM_ENV_POOL_OPTIONS", '{"worker_idle": true, "timeout": 120}')
+    executor = load_agent_file()
+    out, _ = run(executor, tokenizer, [f"<action>{a}</action>" for a in WIN], task_prompt(0))
+    assert out["reward"] == 10.0
+    pool = _episode_pool().pool
+    assert [os.sched_getscheduler(p.pid) for p in pool.procs] == [os.SCHED_IDLE] and pool.timeout == 120
+    monkeypatch.setenv("RUBRICGYM_ENV_POOL_OPTIONS", '{"nice": 5}')
+    with pytest.raises(ValueError, match=r"unknown pool options \['nice'\]"):
+        openrlhf_agent.AgentConfig.from_environ()
+    monkeypatch.setenv("RUBRICGYM_ENV_POOL_OPTIONS", "idle")
+    with pytest.raises(ValueError, match="RUBRICGYM_ENV_POOL_OPTIONS must be a JSON object"):
         openrlhf_agent.AgentConfig.from_environ()
 
 

@@ -47,6 +47,7 @@ EXPECTED = [
     "test_agent_loop_steps_off_the_event_loop[1]",
     "test_agent_loop_steps_off_the_event_loop[0]",
     "test_agent_loop_env_workers_as_ray_actors",
+    "test_agent_loop_passes_pool_options_to_its_environments",
     "test_write_dataset_rows_feed_the_agent_loop",
     "test_doc_launch_command_composes_against_verls_config",
 ]

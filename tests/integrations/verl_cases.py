@@ -883,6 +883,36 @@ def test_agent_loop_env_workers_as_ray_actors(tokenizer, transfer_queue):
     pool.close()
 
 
+def test_agent_loop_passes_pool_options_to_its_environments(tokenizer):
+    """``env_pool_options``: the walkthrough wins through workers that run under SCHED_IDLE with
+    the pool's timeout, as configured; an unknown option is refused with the known names."""
+    import os
+
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+    from agent_envs.alfworld.data import task_walkthrough
+    from wrappers.integrations.episode import episode_pool
+    from wrappers.integrations.verl import RubricgymEnvLoop, _episode_spec
+
+    env_kwargs = {"split": "generated", "generated_n": 2, "generated_seed": 3}
+    probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
+    _, info = probe.reset(seed=0, options={"task": 0})
+    walkthrough = task_walkthrough(info)
+    probe.close()
+    server = StandInServer(tokenizer, lambda turn, adm: walkthrough[turn - 1])
+    spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 0, "seed": 0}
+    options = {"worker_idle": True, "timeout": 120}
+    [outputs] = _play(server, tokenizer, spec, 1, env_pool_options=options)
+    _check_outputs(outputs, tokenizer, walkthrough, won=True)
+    pool = episode_pool("ALFWorld-Rubric-v0", env_kwargs, workers=1, pool_options=options).pool
+    assert [os.sched_getscheduler(p.pid) for p in pool.procs] == [os.SCHED_IDLE] and pool.timeout == 120
+    pool.close()
+    bad = {"extra_info": {"rubricgym": {"env_id": "ALFWorld-Rubric-v0", "env_pool_options": {"nice": 5}}}}
+    with pytest.raises(ValueError, match=r"unknown pool options \['nice'\]; known: \['timeout'"):
+        _episode_spec(bad, RubricgymEnvLoop.DEFAULTS)
+
+
 def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
     import pandas as pd
 

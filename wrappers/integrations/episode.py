@@ -293,13 +293,17 @@ class EpisodePool:
     Args:
         env, env_kwargs: The environment (a Gymnasium id or a picklable factory, and its kwargs).
         workers, backend, ray_options: Where the environments live (:class:`~agent_envs.pool.EnvPool`).
+        pool_options: More :class:`~agent_envs.pool.EnvPool` options, any of :data:`POOL_OPTIONS`
+            (e.g. ``{"timeout": 600, "worker_idle": True}``).
     """
 
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
-                 backend: str = "process", ray_options: Mapping[str, Any] | None = None) -> None:
+                 backend: str = "process", ray_options: Mapping[str, Any] | None = None,
+                 pool_options: Mapping[str, Any] | None = None) -> None:
         from agent_envs.pool import EnvPool
 
-        self.pool = EnvPool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options)
+        self.pool = EnvPool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options,
+                            **check_pool_options(pool_options))
         self._free: list[int] = []
         self._made = 0
 
@@ -328,10 +332,30 @@ class EpisodePool:
 _EPISODE_POOLS: dict[str, EpisodePool] = {}
 
 
+#: The :class:`~agent_envs.pool.EnvPool` options a training library's configuration may pass
+#: through (verl's ``env_pool_options``, OpenRLHF's ``RUBRICGYM_ENV_POOL_OPTIONS``).
+POOL_OPTIONS = ("timeout", "worker_nice", "worker_idle", "start_method")
+
+
+def check_pool_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` as a dict, refused with the known names when it holds others."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"pool options must be a mapping, got {type(options).__name__}")
+    unknown = sorted(set(options) - set(POOL_OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown pool options {unknown}; known: {list(POOL_OPTIONS)}")
+    return dict(options)
+
+
 def episode_pool(env: str, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
-                 backend: str = "process", ray_options: Mapping[str, Any] | None = None) -> EpisodePool:
-    """The process-wide :class:`EpisodePool` of this environment, workers and backend."""
-    key = json.dumps([env, dict(env_kwargs or {}), workers, backend, ray_options], sort_keys=True, default=str)
+                 backend: str = "process", ray_options: Mapping[str, Any] | None = None,
+                 pool_options: Mapping[str, Any] | None = None) -> EpisodePool:
+    """The process-wide :class:`EpisodePool` of this environment, workers, backend and options."""
+    key = json.dumps([env, dict(env_kwargs or {}), workers, backend, ray_options, pool_options], sort_keys=True,
+                     default=str)
     if key not in _EPISODE_POOLS:
-        _EPISODE_POOLS[key] = EpisodePool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options)
+        _EPISODE_POOLS[key] = EpisodePool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options,
+                                          pool_options=pool_options)
     return _EPISODE_POOLS[key]

@@ -14,7 +14,9 @@ environment variables ``RUBRICGYM_ENV`` (a Gymnasium id, default ``WebShop-Rubri
 ``RUBRICGYM_STYLE`` (``action_only`` or ``think``), ``RUBRICGYM_ENV_WORKERS`` (worker
 processes the environments live in, default 1; 0: in this process on one engine thread) and
 ``RUBRICGYM_ENV_BACKEND`` (``process`` or ``ray``: Ray actors, spread over OpenRLHF's Ray
-cluster); or subclass :class:`AgentExecutor` with a :class:`AgentConfig`.  Environments are
+cluster) and ``RUBRICGYM_ENV_POOL_OPTIONS`` (JSON: more of the pool's options, any of
+:data:`~wrappers.integrations.episode.POOL_OPTIONS`, e.g. ``{"timeout": 600, "worker_idle": true}``);
+or subclass :class:`AgentExecutor` with a :class:`AgentConfig`.  Environments are
 reset and stepped with ``await`` (:class:`~wrappers.integrations.episode.EpisodePool`), never
 on OpenRLHF's event loop.
 
@@ -45,6 +47,7 @@ from rubrics.trajectory import Trajectory
 from wrappers.integrations.episode import (
     EpisodePool,
     TextEpisode,
+    check_pool_options,
     episode_pool,
     parse_task,
 )
@@ -66,7 +69,8 @@ class AgentConfig:
     env_backend = "process"
 
     def __init__(self, env: str = env, env_kwargs: Mapping[str, Any] | None = None, max_turns: int = max_turns,
-                 style: str = style, env_workers: int = env_workers, env_backend: str = env_backend) -> None:
+                 style: str = style, env_workers: int = env_workers, env_backend: str = env_backend,
+                 env_pool_options: Mapping[str, Any] | None = None) -> None:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         if isinstance(env_workers, bool) or not isinstance(env_workers, int) or env_workers < 0:
@@ -75,28 +79,35 @@ class AgentConfig:
             raise ValueError(f"env_backend must be 'process' or 'ray', got {env_backend!r}")
         self.env, self.env_kwargs, self.max_turns, self.style = env, dict(env_kwargs or {}), max_turns, style
         self.env_workers, self.env_backend = env_workers, env_backend
+        self.env_pool_options = check_pool_options(env_pool_options)
 
     def __repr__(self) -> str:
         return (f"AgentConfig(env={self.env!r}, env_kwargs={self.env_kwargs!r}, max_turns={self.max_turns}, "
-                f"style={self.style!r}, env_workers={self.env_workers}, env_backend={self.env_backend!r})")
+                f"style={self.style!r}, env_workers={self.env_workers}, env_backend={self.env_backend!r}, "
+                f"env_pool_options={self.env_pool_options!r})")
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> AgentConfig:
         """The configuration from ``RUBRICGYM_ENV``, ``RUBRICGYM_ENV_KWARGS``, ... ."""
         env = os.environ if environ is None else environ
-        raw = env.get("RUBRICGYM_ENV_KWARGS", "") or "{}"
-        try:
-            kwargs = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"RUBRICGYM_ENV_KWARGS must be a JSON object, got {raw[:80]!r}") from exc
-        if not isinstance(kwargs, dict):
-            raise ValueError(  # noqa: TRY004  (a bad setting, as the JSON error above)
-                f"RUBRICGYM_ENV_KWARGS must be a JSON object, got {raw[:80]!r}")
-        return cls(env=env.get("RUBRICGYM_ENV", cls.env), env_kwargs=kwargs,
+        kwargs, options = _json_object(env, "RUBRICGYM_ENV_KWARGS"), _json_object(env, "RUBRICGYM_ENV_POOL_OPTIONS")
+        return cls(env=env.get("RUBRICGYM_ENV", cls.env), env_kwargs=kwargs, env_pool_options=options,
                    max_turns=int(env.get("RUBRICGYM_MAX_TURNS", cls.max_turns)),
                    style=env.get("RUBRICGYM_STYLE", cls.style),
                    env_workers=int(env.get("RUBRICGYM_ENV_WORKERS", cls.env_workers)),
                    env_backend=env.get("RUBRICGYM_ENV_BACKEND", cls.env_backend))
+
+
+def _json_object(environ: Mapping[str, str], name: str) -> dict[str, Any]:
+    """The JSON object in the variable ``name`` (``{}`` when unset or empty), refused by name."""
+    raw = environ.get(name, "") or "{}"
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name} must be a JSON object, got {raw[:80]!r}") from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {raw[:80]!r}")  # noqa: TRY004  (a bad setting)
+    return value
 
 
 class RubricAgent(AgentInstanceBase):
@@ -159,7 +170,8 @@ class RubricAgent(AgentInstanceBase):
 
     def _pool(self) -> EpisodePool:
         cfg = self.config
-        return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend)
+        return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend,
+                            pool_options=cfg.env_pool_options)
 
     def _finish(self) -> None:
         """Record the ended episode and give its environment back to the pool."""

@@ -73,7 +73,7 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without
 from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import available_estimators
 from wrappers.credit.flat import FlatCredit, flat_advantages, flat_credit
-from wrappers.integrations.episode import TextEpisode, episode_pool
+from wrappers.integrations.episode import TextEpisode, check_pool_options, episode_pool
 
 __all__ = [
     "AGENT_LOOP",
@@ -339,6 +339,7 @@ def _episode_spec(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
         raise ValueError(f"env_workers must be a non-negative int, got {workers!r}")
     if spec["env_backend"] not in ("process", "ray"):
         raise ValueError(f"env_backend must be 'process' or 'ray', got {spec['env_backend']!r}")
+    check_pool_options(spec["env_pool_options"])
     return spec
 
 
@@ -357,7 +358,7 @@ class RubricgymEnvLoop(AgentLoopBase):
     dataset row's ``extra_info["rubricgym"]`` overrides them per prompt): ``env_id``,
     ``env_kwargs``, ``task``, ``seed``, ``split``, ``max_steps``, ``history_length``,
     ``style`` (``"think"``/``"action_only"``), ``list_actions``, ``compact``, ``system``,
-    ``env_workers``, ``env_backend``, ``env_ray_options``.
+    ``env_workers``, ``env_backend``, ``env_ray_options``, ``env_pool_options``.
 
     The environments never run on the event loop: they live in ``env_workers`` worker
     processes (default 1; ``env_backend="ray"``: Ray actors on verl's own Ray cluster, which a
@@ -366,12 +367,15 @@ class RubricgymEnvLoop(AgentLoopBase):
     and every reset and step is awaited (:meth:`TextEpisode.astep
     <wrappers.integrations.episode.TextEpisode.astep>`), so other sessions' generation requests
     go on meanwhile.  ``env_workers=0`` keeps them in this process on one engine thread.
+    ``env_pool_options`` passes more of the pool's options (:data:`~wrappers.integrations.episode.POOL_OPTIONS`):
+    ``{"timeout": 600}`` fails a session whose environment hangs, ``{"worker_idle": true}`` lets
+    this worker's event loop take a core from its environments at once when they share the cores.
     """
 
     DEFAULTS: ClassVar[dict[str, Any]] = {"env_id": None, "env_kwargs": {}, "task": None, "seed": None, "split": None,
                                 "max_steps": None, "history_length": 2, "style": "think", "list_actions": True,
                                 "compact": False, "system": "", "env_workers": 1, "env_backend": "process",
-                                "env_ray_options": None}
+                                "env_ray_options": None, "env_pool_options": None}
 
     def __init__(self, *args, **kwargs):
         settings = {k: kwargs.pop(k) for k in list(kwargs) if k in self.DEFAULTS}
@@ -395,7 +399,8 @@ class RubricgymEnvLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         spec = _episode_spec(kwargs, self.defaults)
         episodes = episode_pool(spec["env_id"], spec["env_kwargs"], workers=spec["env_workers"],
-                                backend=spec["env_backend"], ray_options=spec["env_ray_options"])
+                                backend=spec["env_backend"], ray_options=spec["env_ray_options"],
+                                pool_options=spec["env_pool_options"])
         ep = episodes.acquire(style=spec["style"], list_actions=spec["list_actions"], compact=spec["compact"],
                               max_steps=spec["max_steps"])
         try:
