@@ -856,21 +856,31 @@ def test_agent_loop_steps_off_the_event_loop(tokenizer, tmp_path, monkeypatch, w
     assert outputs[-1].extra_fields["reward_extra_info"]["success"] == 1.0
 
 
-def test_agent_loop_env_workers_as_ray_actors(tokenizer, transfer_queue):
-    """``env_backend="ray"``: the environments are Ray actors on verl's Ray cluster (here the
-    local one TransferQueue runs on); the walkthrough of a generated game wins through them."""
+#: Two generated ALFWorld games: the Ray and pool-option cases play their walkthroughs.
+GENERATED = {"split": "generated", "generated_n": 2, "generated_seed": 3}
+
+
+def _walkthrough(task: int) -> list[str]:
+    """The walkthrough of generated game ``task`` (of :data:`GENERATED`)."""
     import gymnasium as gym
-    import ray
 
     import agent_envs  # noqa: F401
     from agent_envs.alfworld.data import task_walkthrough
+
+    probe = gym.make("ALFWorld-Rubric-v0", **GENERATED)
+    _, info = probe.reset(seed=0, options={"task": task})
+    probe.close()
+    return task_walkthrough(info)
+
+
+def test_agent_loop_env_workers_as_ray_actors(tokenizer, transfer_queue):
+    """``env_backend="ray"``: the environments are Ray actors on verl's Ray cluster (here the
+    local one TransferQueue runs on); the walkthrough of a generated game wins through them."""
+    import ray
+
     from wrappers.integrations.episode import episode_pool
 
-    env_kwargs = {"split": "generated", "generated_n": 2, "generated_seed": 3}
-    probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
-    _, info = probe.reset(seed=0, options={"task": 1})
-    walkthrough = task_walkthrough(info)
-    probe.close()
+    env_kwargs, walkthrough = GENERATED, _walkthrough(1)
     server = StandInServer(tokenizer, lambda turn, adm: walkthrough[turn - 1])
     spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 1, "seed": 0}
     settings = {"env_backend": "ray", "env_workers": 2, "env_ray_options": {"num_cpus": 0}}
@@ -888,18 +898,10 @@ def test_agent_loop_passes_pool_options_to_its_environments(tokenizer):
     the pool's timeout, as configured; an unknown option is refused with the known names."""
     import os
 
-    import gymnasium as gym
-
-    import agent_envs  # noqa: F401
-    from agent_envs.alfworld.data import task_walkthrough
     from wrappers.integrations.episode import episode_pool
     from wrappers.integrations.verl import RubricgymEnvLoop, _episode_spec
 
-    env_kwargs = {"split": "generated", "generated_n": 2, "generated_seed": 3}
-    probe = gym.make("ALFWorld-Rubric-v0", **env_kwargs)
-    _, info = probe.reset(seed=0, options={"task": 0})
-    walkthrough = task_walkthrough(info)
-    probe.close()
+    env_kwargs, walkthrough = GENERATED, _walkthrough(0)
     server = StandInServer(tokenizer, lambda turn, adm: walkthrough[turn - 1])
     spec = {"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": 0, "seed": 0}
     options = {"worker_idle": True, "timeout": 120}
