@@ -726,7 +726,8 @@ class EnvPool:
             loop when they compete for them (on a 2-core machine with 2 workers the loop's
             longest stall fell from 7.4-12.5 to 4.0-4.7 ms at 10 and its 99th percentile from
             3.9-4.2 to 0.9-1.0 ms, the workers as busy; ``bench/env_concurrency.py --worker-nice
-            10``); 0 leaves the priority as it is.
+            10``; single longer waits for a core remained on a busy host, which ``worker_idle``
+            removed); 0 leaves the priority as it is.
         worker_idle: Run each worker process under Linux's ``SCHED_IDLE`` policy (worker
             processes only, not with ``worker_nice``): the environments get only the cores that
             no other process wants, and any of this machine's ordinary threads (the trainer's
