@@ -57,6 +57,7 @@ def _train(out_dir, mini_dir, **rollout_options):
                         train_dataset=trl_grpo.task_dataset([0, 1], seed=0), rollout_func=rollout)
     trainer.train()
     trainer.env_worker_cpu_s = rollout.pool.worker_cpu_seconds()
+    trainer.env_worker_policies = [os.sched_getscheduler(p.pid) for p in rollout.pool.procs]
     rollout.close()
     return trainer, before, tok
 
@@ -67,10 +68,12 @@ def trained(tmp_path_factory, mini_dir):
 
 
 def test_environments_in_worker_processes_give_the_same_step(trained, tmp_path, mini_dir) -> None:
-    """``env_workers=2``: each turn's steps run in two worker processes, in parallel; the
-    episodes, their credit and the updated weights are those of the in-process rollout."""
+    """``env_workers=2``: each turn's steps run in two worker processes, in parallel (under
+    SCHED_IDLE, ``env_pool_options``); the episodes, their credit and the updated weights are
+    those of the in-process rollout."""
     trainer, _, _ = trained
-    pooled, _, _ = _train(tmp_path, mini_dir, env_workers=2)
+    pooled, _, _ = _train(tmp_path, mini_dir, env_workers=2, env_pool_options={"worker_idle": True})
+    assert pooled.env_worker_policies == [os.SCHED_IDLE] * 2
     assert pooled.env_worker_cpu_s > 0 and trainer.env_worker_cpu_s == 0  # the workers did play
     assert pooled.last_credit["groups"] == trainer.last_credit["groups"]
     assert pooled.last_credit["completion_ids"] == trainer.last_credit["completion_ids"]

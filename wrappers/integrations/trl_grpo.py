@@ -45,6 +45,7 @@ from wrappers.credit.base import Estimator, get_estimator
 from wrappers.integrations.episode import (
     ActionParser,
     TextEpisode,
+    check_pool_options,
     reset_all,
     step_all,
     task_prompt,
@@ -88,17 +89,20 @@ class EnvRollout:
         env_workers: Worker processes the environments live in (an
             :class:`~agent_envs.pool.EnvPool`): each turn's resets and steps run in parallel
             over them instead of one after another in the trainer process (0: in this process).
+        env_pool_options: More :class:`~agent_envs.pool.EnvPool` options, any of
+            :data:`~wrappers.integrations.episode.POOL_OPTIONS` (e.g. ``{"worker_idle": True}``).
     """
 
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 30,
                  max_tokens: int | None = None, style: str = "action_only", list_actions: bool = True,
-                 compact: bool = False, parser: ActionParser | None = None, env_workers: int = 0) -> None:
+                 compact: bool = False, parser: ActionParser | None = None, env_workers: int = 0,
+                 env_pool_options: Mapping[str, Any] | None = None) -> None:
         from agent_envs.pool import EnvPool
 
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         self.max_turns, self.max_tokens = max_turns, max_tokens
-        self.pool = EnvPool(env, env_kwargs, workers=env_workers)
+        self.pool = EnvPool(env, env_kwargs, workers=env_workers, **check_pool_options(env_pool_options))
         self.episode_kwargs = {"style": style, "list_actions": list_actions, "compact": compact, "parser": parser,
                                "max_steps": max_turns}
         self.episodes: list[TextEpisode] = []
