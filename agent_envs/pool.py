@@ -192,7 +192,7 @@ def _worker_main(conn: Any, env: str | EnvFactory, env_kwargs: Mapping[str, Any]
 
 
 # ------------------------------------------------------------------------------------------
-# Hosts: each takes lists of requests and answers through a concurrent.futures.Future
+# Hosts: synchronous calls get a future-like object (submit), asynchronous ones post a job
 # ------------------------------------------------------------------------------------------
 
 
@@ -203,62 +203,39 @@ class _Awaiting(NamedTuple):
     out: asyncio.Future
 
 
-#: Who waits for a job's replies: a thread blocked on a concurrent future (:meth:`EnvPool.call`)
-#: or a coroutine awaiting an asyncio future (:meth:`EnvPool.astep`).
-Sink = Future | _Awaiting
+#: An asynchronous job: its requests and where their replies go.
+Job = tuple[list[Request], _Awaiting]
 
 
-def _deliver(jobs: Sequence[tuple[list[Request], Sink]], replies: Sequence[tuple[str, Any]] | None = None,
+def _deliver(jobs: Sequence[Job], replies: Sequence[tuple[str, Any]] | None = None,
              error: BaseException | None = None) -> None:
-    """Hand each job its share of ``replies`` (or ``error``), on whatever thread has them: a
-    concurrent future is resolved here; an awaiting coroutine's share is queued on its
-    :class:`_Resumer`, woken once per loop however many of its jobs were answered."""
+    """Queue each job's share of ``replies`` (or ``error``) on its :class:`_Resumer`, on whatever
+    thread has them, and wake each resumer once however many of its jobs were answered."""
     woken: dict[int, _Resumer] = {}
     at = 0
-    for reqs, sink in jobs:
-        outcome: Any = error if error is not None else replies[at : at + len(reqs)]
+    for reqs, to in jobs:
+        to.resumer.ready.append((to.out, error if error is not None else replies[at : at + len(reqs)]))
         at += len(reqs)
-        if isinstance(sink, Future):
-            sink.set_exception(outcome) if error is not None else sink.set_result(outcome)
-        else:
-            sink.resumer.ready.append((sink.out, outcome))
-            woken[id(sink.resumer)] = sink.resumer
+        woken[id(to.resumer)] = to.resumer
     for resumer in woken.values():
         resumer.wake()
 
 
-def _claim(sink: Sink) -> bool:
-    """Whether the job of ``sink`` is still wanted (not cancelled); a concurrent future becomes
-    running, so it can no longer be cancelled."""
-    if isinstance(sink, Future):
-        return sink.set_running_or_notify_cancel()
-    return not sink.out.cancelled()  # read from the host's thread: a cancellation racing it still runs the job
+class _ThreadHost:
+    """The environments of an in-process pool, served on one dedicated engine thread that
+    drains a queue of jobs, batching every job queued meanwhile into one pass."""
 
-
-class _QueuedHost:
-    """A host served by one thread that drains a queue of ``(requests, sink)`` jobs,
-    batching every job queued meanwhile into one :meth:`_exchange`."""
-
-    def __init__(self, name: str) -> None:
+    def __init__(self, pool: EnvPool) -> None:
+        self._pool = pool
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._broken: RolloutWorkerError | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"rubricgym-env-{pool.name}", daemon=True)
         self._thread.start()
-
-    def submit(self, requests: Sequence[Request]) -> Future:
-        """Queue ``requests``; their replies resolve the returned future."""
-        fut: Future = Future()
-        self._jobs.put((list(requests), fut))
-        return fut
 
     def post(self, requests: Sequence[Request], to: _Awaiting) -> None:
         """Queue ``requests``; their replies resolve ``to.out`` on its event loop."""
         self._jobs.put((list(requests), to))
 
-    def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _take(self) -> tuple[list[tuple[list[Request], Sink]], bool]:
+    def _take(self) -> tuple[list[Job], bool]:
         """The next jobs (at least one, up to :data:`_MAX_BATCH` requests) and whether to stop."""
         first = self._jobs.get()
         if first is None:
@@ -276,46 +253,25 @@ class _QueuedHost:
         return jobs, False
 
     def _run(self) -> None:
-        stop = False
+        p, stop = self._pool, False
         while not stop:
             jobs, stop = self._take()
-            jobs = [(reqs, sink) for reqs, sink in jobs if _claim(sink)]
-            if jobs:
-                self._answer(jobs)
-
-    def _answer(self, jobs: list[tuple[list[Request], Sink]]) -> None:
-        if self._broken is None:
+            # read from this thread: a cancellation racing it still runs the job
+            jobs = [(reqs, to) for reqs, to in jobs if not to.out.cancelled()]
+            if not jobs:
+                continue
             try:
-                replies = self._exchange([r for reqs, _ in jobs for r in reqs])
-            except RolloutWorkerError as exc:
-                self._broken = exc
+                replies = _serve(p.local, p.env, p.env_kwargs, [r for reqs, _ in jobs for r in reqs],
+                                 keep_exceptions=True)
             except BaseException as exc:  # noqa: BLE001  (a bug: hand it to the callers)
                 _deliver(jobs, error=exc)
-                return
-        if self._broken is not None:
-            _deliver(jobs, error=self._broken)
-            return
-        _deliver(jobs, replies)
+            else:
+                _deliver(jobs, replies)
 
-    def _stop_thread(self, wait: float = 30.0) -> None:
+    def close(self, wait: float = 30.0) -> None:
         if self._thread.is_alive():
             self._jobs.put(None)
             self._thread.join(timeout=wait)
-
-
-class _ThreadHost(_QueuedHost):
-    """The environments of an in-process pool, served on one dedicated engine thread."""
-
-    def __init__(self, pool: EnvPool) -> None:
-        self._pool = pool
-        super().__init__(f"rubricgym-env-{pool.name}")
-
-    def _exchange(self, requests: list[Request]) -> list[tuple[str, Any]]:
-        p = self._pool
-        return _serve(p.local, p.env, p.env_kwargs, requests, keep_exceptions=True)
-
-    def close(self) -> None:
-        self._stop_thread()
 
 
 class _Pending:
@@ -340,8 +296,8 @@ class _ProcessHost:
     waits for the reply (a reader on the socket) while a watchdog timer checks every
     :data:`_POLL_S` seconds that the worker still runs.  Jobs posted while a message is in
     flight go in the next one.  No thread of this process competes with the loop for the
-    GIL: handing replies over from an I/O thread cost the loop stalls of several milliseconds
-    on a 2-core machine (``bench/env_concurrency.py``)."""
+    GIL (the I/O-thread design before it stalled the loop longer on 2 cores: the README puts
+    the two side by side, measured with ``bench/env_concurrency.py``)."""
 
     def __init__(self, index: int, ctx: Any, pool: EnvPool) -> None:
         parent, child = ctx.Pipe()
@@ -354,8 +310,8 @@ class _ProcessHost:
         self._stuck = False
         self._buf = bytearray()  # bytes of a reply not yet complete
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop reading the reply in flight
-        self._outbox: list[tuple[list[Request], _Awaiting]] = []
-        self._in_flight: list[tuple[list[Request], _Awaiting]] | None = None
+        self._outbox: deque[Job] = deque()
+        self._in_flight: list[Job] | None = None
         self._flush_handle: asyncio.Handle | None = None
         self._watch: asyncio.TimerHandle | None = None
         self._sent_at = 0.0
@@ -417,7 +373,7 @@ class _ProcessHost:
         self._flush_handle = None
         jobs, size = [], 0
         while self._outbox and size < _MAX_BATCH:
-            reqs, to = self._outbox.pop(0)
+            reqs, to = self._outbox.popleft()
             if not to.out.cancelled():
                 jobs.append((reqs, to))
                 size += len(reqs)
@@ -470,8 +426,9 @@ class _ProcessHost:
 
     def _fail(self, exc: BaseException, jobs: list | None = None) -> None:
         self._break(exc)
-        jobs = (jobs or []) + (self._in_flight or []) + self._outbox
-        self._in_flight, self._outbox = None, []
+        jobs = [*(jobs or []), *(self._in_flight or []), *self._outbox]
+        self._in_flight = None
+        self._outbox.clear()
         self._idle()
         _deliver(jobs, error=self._broken)
 
@@ -486,7 +443,8 @@ class _ProcessHost:
             raise RuntimeError(f"rollout worker {self.index} has steps in flight on a running event loop; "
                                f"await them before you {doing}")
         self._watch = self._flush_handle = None  # the closed loop's handles and reader went with it
-        in_flight, self._in_flight, self._outbox, self._loop = self._in_flight, None, [], None
+        in_flight, self._in_flight, self._loop = self._in_flight, None, None
+        self._outbox.clear()
         if in_flight is not None and self._broken is None:
             try:
                 self.receive()
@@ -613,10 +571,13 @@ class _RayHost:
 
     def post(self, requests: Sequence[Request], to: _Awaiting) -> None:
         """:meth:`submit`, the replies resolving ``to.out`` on its event loop (from Ray's thread)."""
-        reqs = list(requests)
-        fut = self.submit(reqs)
-        fut.add_done_callback(lambda f: _deliver([(reqs, to)], error=f.exception()) if f.exception() is not None
-                              else _deliver([(reqs, to)], f.result()))
+        job = (list(requests), to)
+
+        def settled(done: Future) -> None:
+            error = done.exception()
+            _deliver([job], None if error is not None else done.result(), error)
+
+        self.submit(job[0]).add_done_callback(settled)
 
     def _settle(self, done: Future, out: Future) -> None:
         exc = done.exception()
