@@ -333,7 +333,8 @@ _EPISODE_POOLS: dict[str, EpisodePool] = {}
 
 
 #: The :class:`~agent_envs.pool.EnvPool` options a training library's configuration may pass
-#: through (verl's ``env_pool_options``, OpenRLHF's ``RUBRICGYM_ENV_POOL_OPTIONS``).
+#: through (verl's ``env_pool_options``, OpenRLHF's ``RUBRICGYM_ENV_POOL_OPTIONS``, TRL's
+#: ``env_rollout(env_pool_options=...)``).
 POOL_OPTIONS = ("timeout", "worker_nice", "worker_idle", "start_method")
 
 
