@@ -15,7 +15,7 @@ Configurations:
 * ``no-transition-memo``: the engine's transition memo and memoised derivations off
   (``agent_envs.alfworld.engine.transition_memo().enabled = False``);
 * ``no-disk-translations``: translations not kept on disk (``RUBRICGYM_TRANSLATION_CACHE=0``);
-* ``sequential``: the arena's sampling of session 7 (``sampling="sequential"``), every aid on.
+* ``sequential``: the arena's former sampling (``sampling="sequential"``), every aid on.
 
 Usage::
 

@@ -44,7 +44,7 @@ Every figure is measured once per round, all settings side by side in each round
 machine's speed drifts from minute to minute on a shared host), and summarised as the median
 and range over ``--rounds`` rounds of the ratios measured within one round.
 
-Targets (issue #20): 2 workers >= 1.8x 1 worker, >= 90 % of ideal; longest stall <= 5 ms.
+Targets: 2 workers >= 1.8x 1 worker, >= 90 % of ideal; longest stall <= 5 ms.
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""The arena plays through the project's one episode loop (issue #13, "one rollout path").
+"""The arena plays through the project's one episode loop.
 
 * Every arena episode is played by :class:`agent_envs.rollout.GroupRunner` and every step
   is built by :func:`rubrics.trajectory.step_from_info`: a small WebShop run counts the

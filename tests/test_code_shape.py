@@ -1,4 +1,4 @@
-"""Readable pieces (issue #13): no function or method in the package code is over 100 lines.
+"""Readable pieces: no function or method in the package code is over 100 lines.
 
 A function's length runs from its ``def`` line to its last line (signature, docstring and
 nested functions or classes included); a long one is split into named helpers.

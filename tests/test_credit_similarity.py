@@ -1,4 +1,4 @@
-"""verl-agent's GiGPO/GraphGPO options (issue #24): similarity-merged states and progress returns.
+"""verl-agent's GiGPO/GraphGPO options: similarity-merged states and progress returns.
 
 Every ratio below is difflib's ``SequenceMatcher(None, new, representative).ratio()`` = 2·M/T,
 M the characters in its matching blocks, T the two lengths (all strings here are under 200

@@ -1,4 +1,4 @@
-"""TRL's public ``environment_factory`` API (issue #21 item 4): a real ``GRPOTrainer.train()`` step
+"""TRL's public ``environment_factory`` API: a real ``GRPOTrainer.train()`` step
 whose rollouts call rubricgym's WebShop tools through TRL's own tool-calling loop and whose reward
 is the environment's ``get_reward``.
 

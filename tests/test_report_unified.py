@@ -259,7 +259,7 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path: Path) -> None
 
 
 def test_curves_axes_read_as_rates_and_whole_updates() -> None:
-    """curves.png (issue #23): a run that never succeeds had a success axis down to -0.05 and
+    """curves.png: a run that never succeeds had a success axis down to -0.05 and
     ticks at updates 0.5, 1.5, ...; the training games before/after RL were missing."""
     from trainers.report import curves_figure
 

@@ -255,7 +255,7 @@ def test_the_training_game_evaluation_is_paired_and_the_deal_covers_every_game(t
 
 @pytest.mark.slow
 def test_progress_names_each_phase_and_a_large_folder_is_reported(tmp_path, monkeypatch, caplog):
-    """The bar used to sit at 0/N with no phase name through the validations (issue #23), and
+    """The bar used to sit at 0/N with no phase name through the validations, and
     nobody was told that the run folder holds two copies of the model."""
     import logging
 

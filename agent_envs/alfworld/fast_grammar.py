@@ -25,7 +25,7 @@ Outputs are unchanged (``tests/test_alfworld_fast_grammar.py`` compares whole ep
 separate processes, with and without it); the first three patches make steps about 2-3x faster, the fourth
 about 2x faster again (random play on 12 generated games, 1,080 steps, one process each:
 17.9 ms of CPU per step with the first three, 8.0 ms with all four, the same outputs — a
-throwaway script of session 8, not kept; ``python bench/alfworld_env.py --split generated``
+measurement script that was not kept; ``python bench/alfworld_env.py --split generated``
 measures today's steps: 5.4 ms median for the upstream engine under all four patches).
 ``ALFWorld-Rubric-v0`` enables it when it is made (``fast_grammar=True``, the default); pass
 ``fast_grammar=False`` in a fresh process to run TextWorld untouched (a patch, once made,

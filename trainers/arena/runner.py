@@ -168,7 +168,7 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
     "alfworld": _ALFWORLD_SETTING,  # (real splits: same sizes, not yet measured there)
     "alfworld-unseen": _ALFWORLD_SETTING,
     # memo off: on WebShop the replays it needs cost more than its hits save (docs/arena.md);
-    # sequential sampling: the documented 26-seed comparison was measured with it (session 7)
+    # sequential sampling: the documented 26-seed comparison was measured with it
     # and has not been re-run with coupled sampling yet
     "webshop": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "memo": False, "sampling": "sequential"},
     "webshop-generated": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "memo": False,
@@ -221,7 +221,7 @@ class ArenaConfig:
     sampling: Literal["coupled", "sequential"] = setting(
         "coupled", "How actions are drawn: coupled (Gumbel-max with noise keyed by episode, step and action text: "
                    "common random numbers that survive divergence, so paired runs differ where their policies do) "
-                   "or sequential (one uniform per decision, inverse CDF; the arena before session 8). Both draw "
+                   "or sequential (one uniform per decision, inverse CDF; the arena's former sampling). Both draw "
                    "exactly from the softmax.")
     max_steps: int | None = setting(None, "Episode horizon (None: the environment preset's).", ge=1)
     dim: int = setting(2**18, "Hashed feature dimension of the linear policy.", ge=1)
