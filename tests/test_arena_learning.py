@@ -56,9 +56,19 @@ def test_zero_advantages_leave_the_policy_exactly_where_it_was() -> None:
     assert stats["delta_norm"] == 0.0 and stats["kl"] == 0.0 and stats["epochs_run"] == 4
     # with the SPEC's entropy bonus the move is that term's alone: SGD keeps it tiny
     # (Adam would turn it into lr-sized steps on every touched weight)
+    # measured on the weights, not on the rule's own report: a rule that did nothing would pass
+    # an assertion on ``stats`` alone
     stats = update_policy(policy, policy.copy(), records, np.zeros(len(records)), [], ObjectiveConfig(),
                           UpdateRuleConfig(epochs=4), lr=1.0, minibatch=8, rng=np.random.default_rng(0))
-    assert 0.0 < stats["delta_norm"] < 0.01
+    moved = float(np.linalg.norm(policy.weights - before))
+    assert 0.0 < moved < 0.01
+    assert moved == pytest.approx(stats["delta_norm"], rel=1e-9)
+    # ... and the move is the entropy bonus's alone: it raises the policy's entropy on these rows
+    decisions, chosen = [r.decision for r in records], [r.chosen for r in records]
+    def entropy(weights: np.ndarray) -> float:
+        probs = np.exp(LinearSoftmaxPolicy(cfg.dim, weights).evaluate(decisions, chosen).logp_all)
+        return float(-np.sum(probs * np.log(np.clip(probs, 1e-300, None))))
+    assert entropy(policy.weights) > entropy(before)
 
 
 def test_a_huge_step_is_pulled_back_inside_the_kl_trust_region() -> None:
