@@ -199,17 +199,56 @@ def test_merging_shortens_a_distance() -> None:
     res = {tau: graphgpo_credit(hall_group(), gamma=0.1, similarity=tau) for tau in (None, 0.9)}
     np.testing.assert_allclose(np.concatenate(res[None].returns), [1.0, 10.0, 0.01, 0.01], rtol=1e-12)
     np.testing.assert_allclose(np.concatenate(res[0.9].returns), [1.0, 10.0, 1.0, 0.01], rtol=1e-12)
-    # A^G: exact, anchor "start" {1, 0.01}, halls singletons; merged, "start" {1, 1} -> 0 and
-    # the merged hall {10 (-> SUCCESS), 0.01 (-> dead end)}
+    # A^G groups rows by exact text (verl-agent): without merging, anchor "start" {1, 0.01},
+    # halls singletons; merged distances, "start" {1, 1} -> 0, halls still singletons -> 0
     a, b = two_norm(1.0, 0.01), two_norm(10.0, 0.01)
     np.testing.assert_allclose(np.concatenate(res[None].step), [a, 0.0, -a, 0.0], rtol=1e-12)
-    np.testing.assert_allclose(np.concatenate(res[0.9].step), [0.0, b, 0.0, -b], rtol=1e-12)
+    assert np.concatenate(res[0.9].step).tolist() == [0.0] * 4
+    # step_groups="merged": the merged hall {10 (-> SUCCESS), 0.01 (-> dead end)} is one group
+    merged_groups = graphgpo_credit(hall_group(), gamma=0.1, similarity=0.9, step_groups="merged")
+    np.testing.assert_allclose(np.concatenate(merged_groups.step), [0.0, b, 0.0, -b], rtol=1e-12)
+    np.testing.assert_array_equal(np.concatenate(merged_groups.returns), np.concatenate(res[0.9].returns))
     assert res[0.9].stats["nodes"] == 2 and res[None].stats["nodes"] == 3
     est = get_estimator("graphgpo", gamma=0.1, similarity=0.9)
     for got, want in zip(est([hall_group()])[0].advantages, res[0.9].advantages):
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="prebuilt graph merged states with similarity=None"):
         graphgpo_credit(hall_group(), similarity=0.9, graph=exact)
+
+
+MUG = "On the desk 1, you see a mug 2, a pen 3 and a lamp."
+CUP = "On the desk 1, you see a cup 2, a pen 3 and a lamp."
+
+
+def test_graphgpo_step_term_groups_by_exact_text_as_verl_agent() -> None:
+    # MUG / CUP differ by one word: blocks 25 + "u" 1 + 23, M = 49 of T = 102, ratio 0.961
+    assert ratio(CUP, MUG) == 98 / 102
+    win = Trajectory("t", 0, [Step(MUG, "a"), Step("s1", "b", reward=10.0)], success=True)
+    loss = Trajectory("t", 1, [Step(CUP, "c"), Step("s2", "d")])
+    # merged at 0.95: D(MUG = CUP) = 2, D(s1) = 1, D(s2) = max 2 + 1 = 3; R^graph = 10·0.1^D(next):
+    # 1, 10 | 0.01, 0.01.  verl-agent groups its step term by the exact observation: every row
+    # is alone, A^G = [0, 0, 0, 0]
+    ref = graphgpo_credit([win, loss], gamma=0.1, similarity=0.95)
+    np.testing.assert_allclose(np.concatenate(ref.returns), [1.0, 10.0, 0.01, 0.01], rtol=1e-12)
+    assert np.concatenate(ref.step).tolist() == [0.0] * 4
+    est = get_estimator("graphgpo", gamma=0.1, similarity=0.95, episode_weight=0.0)
+    assert est.params()["step_groups"] == "exact"
+    assert np.concatenate(est([[win, loss]])[0].advantages).tolist() == [0.0] * 4
+    # grouping by the merged node: MUG and CUP compete, {1, 0.01}
+    x = two_norm(1.0, 0.01)
+    merged = get_estimator("graphgpo", gamma=0.1, similarity=0.95, episode_weight=0.0, step_groups="merged")
+    np.testing.assert_allclose(np.concatenate(merged([[win, loss]])[0].advantages), [x, 0.0, -x, 0.0], rtol=1e-12)
+    assert abs(x - 0.7071) < 1e-4
+    with pytest.raises(ValueError, match="step_groups"):
+        get_estimator("graphgpo", step_groups="similar")
+
+
+def test_the_success_node_never_merges_with_an_observation() -> None:
+    # an observation that reads "success" stays a state; the success node stays apart
+    win = Trajectory("t", 0, [Step("success", "a"), Step("successes", "b", reward=10.0)], success=True)
+    g = TransitionGraph([win], similarity=0.5)
+    assert g.index["success"] == g.index["successes"] != g.success_node
+    assert g.keys == ["success", SUCCESS]
 
 
 def detour_group() -> list[Trajectory]:

@@ -37,8 +37,14 @@ Two more options of verl-agent's GraphGPO, off by default:
   (:mod:`wrappers.credit.similarity`), "reducing graph fragmentation from minor text
   differences".  The virtual success node and the dead ends are never merged (a state is
   never the success node, and a failed ending stays apart); so a merge can only shorten
-  distances.  Edges, D, R^graph, the anchor groups of A^G (rows sharing a merged source node)
-  and the diagnostics all use the merged nodes; the episode term does not change.
+  distances.  Edges, D, R^graph and the diagnostics use the merged nodes; the anchor groups
+  of A^G stay the rows sharing the exact ``state_key`` (``step_groups="exact"``, verl-agent's
+  trainer: its step term groups rows by the observation text and never sees the similarity
+  setting); ``step_groups="merged"`` groups them by merged source node instead (the widening
+  GiGPO's ``similarity`` applies).  The episode term does not change.  Unlike verl-agent,
+  whose success node is the literal string ``'success'`` and so can merge with an
+  observation that reads like it, rubricgym's success node is a distinct object that never
+  merges with any observation.
 
 Both combine with ``penalty_in_graph_return``: the penalty is added to whichever R^graph, after
 the merge, before the anchor-group normalisation.
@@ -64,7 +70,12 @@ from wrappers.credit.graph import (
 )
 from wrappers.credit.similarity import check_similarity
 
-__all__ = ["GraphCredit", "GraphGPO", "graphgpo_batch", "graphgpo_credit", "graphgpo_graph"]
+__all__ = ["STEP_GROUPS", "GraphCredit", "GraphGPO", "graphgpo_batch", "graphgpo_credit", "graphgpo_graph",
+           "step_anchor_groups"]
+
+#: Anchor groups of GraphGPO's step term under ``similarity``: exact state text (verl-agent)
+#: or the merged node.
+STEP_GROUPS = ("exact", "merged")
 
 
 @dataclass
@@ -104,6 +115,7 @@ def graphgpo_batch(
     penalty_in_graph_return: bool = False,
     similarity: float | None = None,
     normalize_distance: bool = False,
+    step_groups: str = "exact",
 ) -> list[GraphCredit]:
     """GraphGPO task credit for a batch of groups, vectorised over the whole batch.
 
@@ -121,6 +133,8 @@ def graphgpo_batch(
         similarity: Merge similar state nodes (threshold in (0, 1]; module docstring); a
             prebuilt ``graph`` must have been built with the same value.
         normalize_distance: Progress returns success_reward·γ^{D(s_{t+1}) − D(s_t) + 1}.
+        step_groups: Anchor groups of A^G with ``similarity``: ``"exact"`` (rows sharing the
+            exact ``state_key``, verl-agent) or ``"merged"`` (rows sharing a merged node).
 
     Returns:
         One :class:`GraphCredit` per group, in order.
@@ -131,21 +145,33 @@ def graphgpo_batch(
         raise ValueError(f"the prebuilt graph merged states with similarity={g.similarity}, not {similarity}")
     return graphgpo_graph(g, gamma=gamma, success_reward=success_reward, unreachable=unreachable, norm=norm,
                           step_weight=step_weight, episode_weight=episode_weight, episode_norm=episode_norm,
-                          penalty_in_graph_return=penalty_in_graph_return, normalize_distance=normalize_distance)
+                          penalty_in_graph_return=penalty_in_graph_return, normalize_distance=normalize_distance,
+                          step_groups=step_groups)
+
+
+def step_anchor_groups(g: TransitionGraph, step_groups: str = "exact") -> tuple[np.ndarray, int]:
+    """Per row the anchor group of A^G and the number of groups: the source node, except on a
+    similarity-merged graph under ``step_groups="exact"``, where rows group by exact ``state_key``."""
+    check_choice("step_groups", step_groups, STEP_GROUPS)
+    if g.similarity is None or step_groups == "merged":
+        return g.src, g.n_nodes
+    return g.anchor_ids(None)
 
 
 def graphgpo_graph(g: TransitionGraph, *, gamma: float = 0.1, success_reward: float = 10.0,
                    unreachable: str = "max_plus_one", norm: str = "mean_std", step_weight: float = 1.0,
                    episode_weight: float = 1.0, episode_norm: str = "rows",
-                   penalty_in_graph_return: bool = False, normalize_distance: bool = False) -> list[GraphCredit]:
+                   penalty_in_graph_return: bool = False, normalize_distance: bool = False,
+                   step_groups: str = "exact") -> list[GraphCredit]:
     """:func:`graphgpo_batch` on a batch :class:`~wrappers.credit.graph.TransitionGraph`
     (built from groups or from :class:`~wrappers.credit.graph.StepColumns`; its states are
     merged when it was built with ``similarity``)."""
     check_choice("norm", norm, NORMS)
+    seg, n_seg = step_anchor_groups(g, step_groups)
     r = g.graph_returns(gamma, success_reward, unreachable, progress=normalize_distance)
     if penalty_in_graph_return:
         r = r + g.penalty
-    step = segment_normalize(r, g.src, norm, g.n_nodes)
+    step = segment_normalize(r, seg, norm, n_seg)
     episode = g.episode_term(norm, episode_norm)
     adv = step_weight * step + episode_weight * episode
     stats = graph_stats_batch(g, unreachable)
@@ -200,6 +226,10 @@ class GraphGPO(Estimator):
             node's first key become that node (module docstring).
         normalize_distance: Progress returns success_reward·γ^{D(s_{t+1}) − D(s_t) + 1}
             instead of success_reward·γ^{D(s_{t+1})} (verl-agent's ``normalize_distance``).
+        step_groups: With ``similarity``, the anchor groups of A^G: ``"exact"`` (default, as
+            verl-agent: rows sharing the exact ``state_key``; the merge changes only the
+            distances) or ``"merged"`` (rows sharing a merged source node).  rubricgym's
+            success node never merges with an observation (verl-agent's ``'success'`` string can).
 
     ``CreditResult.shaped_rewards`` holds R^graph; ``stats`` holds ``nodes``, ``edges``,
     ``reuse_rate``, ``success_reachable_share``, ``tie_rate`` (see
@@ -214,13 +244,21 @@ class GraphGPO(Estimator):
         >>> loss = Trajectory("t", 1, [Step("start", "c"), Step("hall, door 2", "d")])
         >>> [GraphGPO(similarity=tau)([[win, loss]])[0].shaped_rewards[1].round(4).tolist() for tau in (None, 0.9)]
         [[0.01, 0.01], [1.0, 0.01]]
+
+    The step term still groups by exact text: "start" holds {1, 1} (0), each hall is alone (0);
+    merged step groups put the two halls together, {10 (-> success), 0.01 (dead end)}:
+        >>> [np.concatenate(GraphGPO(similarity=0.9, episode_weight=0.0, step_groups=m)([[win, loss]])[0]
+        ...                 .advantages).round(4).tolist() for m in ("exact", "merged")]
+        [[0.0, 0.0, 0.0, 0.0], [0.0, 0.7071, 0.0, -0.7071]]
     """
 
     def __init__(self, *, gamma: float = 0.1, success_reward: float = 10.0, unreachable: str = "max_plus_one",
                  norm: str = "mean_std", step_weight: float = 1.0, episode_weight: float = 1.0,
                  episode_norm: str = "rows", penalty_in_graph_return: bool = False,
-                 similarity: float | None = None, normalize_distance: bool = False) -> None:
+                 similarity: float | None = None, normalize_distance: bool = False,
+                 step_groups: str = "exact") -> None:
         check_choice("norm", norm, NORMS)
+        check_choice("step_groups", step_groups, STEP_GROUPS)
         check_choice("unreachable", unreachable, UNREACHABLE)
         check_choice("episode_norm", episode_norm, ("rows", "trajectories"))
         if not 0.0 < gamma <= 1.0:
@@ -235,6 +273,7 @@ class GraphGPO(Estimator):
         self.penalty_in_graph_return = bool(penalty_in_graph_return)
         self.similarity = check_similarity(similarity)
         self.normalize_distance = bool(normalize_distance)
+        self.step_groups = step_groups
 
     def compute(self, groups: Sequence[Sequence[Trajectory]]) -> list[CreditResult]:
         """Credit for validated groups, in one vectorised pass over the batch."""
@@ -250,5 +289,5 @@ class GraphGPO(Estimator):
                                  unreachable=self.unreachable, norm=self.norm, step_weight=self.step_weight,
                                  episode_weight=self.episode_weight, episode_norm=self.episode_norm,
                                  penalty_in_graph_return=self.penalty_in_graph_return,
-                                 normalize_distance=self.normalize_distance)
+                                 normalize_distance=self.normalize_distance, step_groups=self.step_groups)
         return [CreditResult(c.advantages, shaped_rewards=c.returns, stats=c.stats) for c in credits]
