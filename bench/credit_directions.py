@@ -34,15 +34,16 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 def main() -> None:
     from trainers.arena import runner as R
     from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-    from trainers.arena.variants import resolve_method
+    from trainers.arena.variants import arena_estimators, resolve_method
     from trainers.update_rule import AdvantageScaler
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--env", default="alfworld-generated")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
-    ap.add_argument("--methods", nargs="+",
-                    default=["grpo", "rloo", "gigpo", "graphgpo", "mcgpo", "milegpo", "scpo", "gigpo:step_shuffle"])
+    ap.add_argument("--methods", nargs="+", help="default: every registered estimator and gigpo:step_shuffle")
     args = ap.parse_args()
+    if not args.methods:
+        args.methods = [*arena_estimators(), "gigpo:step_shuffle"]
     cfg = R.ArenaConfig.for_env(args.env)
     R.prepare_generated_games(cfg)
     family = cfg.preset.family

@@ -104,10 +104,10 @@ def arena(ctx: typer.Context) -> None:
 def _print_methods(console: Console) -> None:
     """``--list``: the environments, estimators and variants."""
     from trainers.arena.runner import ENV_PRESETS
-    from trainers.arena.variants import CONTROLS, ESTIMATORS, VARIANTS
+    from trainers.arena.variants import CONTROLS, VARIANTS, arena_estimators
 
     console.print("environments: " + ", ".join(ENV_PRESETS), soft_wrap=True)
-    console.print("estimators: " + ", ".join(ESTIMATORS), soft_wrap=True)
+    console.print("estimators: " + ", ".join(arena_estimators()), soft_wrap=True)
     console.print("ablations:")
     for est, table in VARIANTS.items():
         for name, (_, _, desc) in table.items():
@@ -131,10 +131,11 @@ def _redraw_report(console: Console, output_dir: Path, baseline: str | None) -> 
 
 
 def _methods(estimators: str, variants: str) -> list[str]:
-    """The methods to compare: estimators ('all': the seven), then variants ('all': every one)."""
-    from trainers.arena.variants import ESTIMATORS, available_methods
+    """The methods to compare: estimators ('all': every registered one), then variants ('all':
+    every one)."""
+    from trainers.arena.variants import arena_estimators, available_methods
 
-    methods = list(ESTIMATORS) if estimators.strip() == "all" else _split(estimators)
+    methods = list(arena_estimators()) if estimators.strip() == "all" else _split(estimators)
     if variants.strip() == "all":
         methods += [m for m in available_methods() if ":" in m]
     else:

@@ -22,8 +22,9 @@ from trainers.arena.runner import ArenaConfig
 
 __all__ = ["ALL_ESTIMATORS", "ArenaCommand"]
 
-#: The seven estimators, the default of ``--estimators``.
-ALL_ESTIMATORS = "grpo,rloo,gigpo,graphgpo,milegpo,scpo,mcgpo"
+#: Every registered estimator (:func:`trainers.arena.variants.arena_estimators`), the default
+#: of ``--estimators``.
+ALL_ESTIMATORS = "all"
 
 
 @dataclass
@@ -36,8 +37,9 @@ class ArenaCommand:
 
     Attributes:
         setting: The arena setting.
-        estimators: Comma-separated estimators ('all' for the seven); default: the env's
-            (alfworld-generated: grpo,rloo,gigpo,graphgpo,mcgpo; others: the seven).
+        estimators: Comma-separated estimators ('all' for every registered one, --list names
+            them); default: the env's (alfworld-generated: grpo,rloo,gigpo,graphgpo,mcgpo;
+            others: all).
         variants: Comma-separated ablations and calibration controls as estimator:variant, e.g.
             mcgpo:same_fold,grpo:shuffle15 ('all' for every one; --list shows them); default: the
             env's (alfworld-generated: gigpo:step_shuffle; others: none).

@@ -177,7 +177,7 @@ DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
 
 
 #: ``(--estimators, --variants)`` of ``rubricgym arena --env E`` without them (others: the
-#: seven estimators, no variants).  On ALFWorld the default comparison is the five estimators
+#: registered estimators, no variants).  On ALFWorld the default comparison is the five estimators
 #: of the powered comparison with the finest calibration control beside them (GiGPO with its
 #: step credit destroyed: it needs every seed to be resolved); the coarse controls (no RL, half
 #: of GRPO's rows scrambled: resolved at 20 seeds) and MileGPO and SCPO are further commands

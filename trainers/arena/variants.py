@@ -67,17 +67,31 @@ __all__ = [
     "CONTROLS",
     "CONTROL_VARIANT",
     "ENV_FAMILIES",
-    "ESTIMATORS",
     "VARIANTS",
     "MethodSpec",
+    "arena_estimators",
     "available_methods",
     "degrade_advantages",
     "estimator_defaults",
     "resolve_method",
 ]
 
-#: The seven estimators, in the order the arena compares them.
-ESTIMATORS: tuple[str, ...] = ("grpo", "rloo", "gigpo", "graphgpo", "milegpo", "scpo", "mcgpo")
+
+def arena_estimators() -> tuple[str, ...]:
+    """Every registered estimator (:func:`wrappers.credit.available_estimators`), in the order
+    the arena compares them: GRPO first (the default baseline of the paired differences), then
+    the others by name.  ``ESTIMATORS`` is this tuple, read when accessed."""
+    from wrappers.credit import available_estimators
+
+    names = available_estimators()
+    return tuple(["grpo"] * ("grpo" in names) + [n for n in names if n != "grpo"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ESTIMATORS":
+        return arena_estimators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Environment families with their own estimator defaults.
 ENV_FAMILIES: tuple[str, ...] = ("alfworld", "webshop")
@@ -314,7 +328,7 @@ def _check_params(spec: MethodSpec) -> None:
 
 def available_methods() -> list[str]:
     """Every estimator and every ``estimator:variant`` string."""
-    out = list(ESTIMATORS)
+    out = list(arena_estimators())
     for est, table in VARIANTS.items():
         out += [f"{est}:{v}" for v in table]
     return out + list(CONTROLS)
