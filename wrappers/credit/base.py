@@ -96,7 +96,7 @@ class Estimator:
     An estimator that needs only step rows may also define ``compute_rows(rows)`` on a
     :class:`~wrappers.credit.graph.RowTable` and make :meth:`compute` call it on
     ``RowTable(groups)``: :mod:`wrappers.credit.flat` then runs it on tables built straight
-    from an RL library's columns, without making any Step (all seven built-in estimators do;
+    from an RL library's columns, without making any Step (every built-in estimator does;
     MCGPO and SCPO read their extra step fields through ``flat.StepRows``).  ``name`` is set
     by :func:`register_estimator`.
     """

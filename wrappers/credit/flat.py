@@ -7,7 +7,7 @@ advantages back to the rows, in the input order.  Rows may come in any order; ``
 (or, when omitted, the order of appearance within a trajectory) orders the steps.
 
 At native speed: the regrouping is column-wise numpy work, and the estimators with a
-``compute_rows`` method (all seven built-in ones) run on a
+``compute_rows`` method (every built-in one) run on a
 :class:`~wrappers.credit.graph.RowTable` of :class:`StepRows` built straight from the
 columns, each column picked on first use, the same code path their grouped call takes, so no
 :class:`~rubrics.trajectory.Step` is ever made.  Your own estimators without one get
