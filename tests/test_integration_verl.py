@@ -34,7 +34,7 @@ EXPECTED = [
     "test_compute_advantage_passes_algorithm_rubricgym_params",
     *[f"test_sync_trainer_advantage_stage_equals_flat_advantages[{e}-{p}]"
       for e, p in (("gigpo", "params0"), ("graphgpo", "None"), ("mcgpo", "None"), ("rloo", "None"),
-                   ("milegpo", "None"))],
+                   ("milegpo", "None"), ("hgpo", "params5"))],
     "test_sync_trainer_passes_verl_agent_switches[gigpo-params0]",
     "test_sync_trainer_passes_verl_agent_switches[graphgpo-params1]",
     "test_sync_trainer_leaves_verls_padding_rows_out",

@@ -246,6 +246,7 @@ def _flat_reference(estimator: str, uid_trajs, keys, params=None) -> np.ndarray:
 
 @pytest.mark.parametrize(("estimator", "params"), [
     ("gigpo", {"gamma": 0.95}), ("graphgpo", None), ("mcgpo", None), ("rloo", None), ("milegpo", None),
+    ("hgpo", {"base_group": True}),
 ])
 def test_sync_trainer_advantage_stage_equals_flat_advantages(transfer_queue, estimator, params):
     tq = transfer_queue
