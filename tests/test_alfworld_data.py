@@ -42,24 +42,29 @@ def test_install_from_archive_unpacks_and_verification_reports_counts(alfworld_d
     archive = _tiny_archive(alfworld_data, tmp_path)
     dest = tmp_path / "root"
     result = runner.invoke(app, ["data", "alfworld", "--from", str(archive), "--dest", str(dest)])
-    # Two games per split is not the official set: the command says so and fails.
+    # Two games per split is not the official set: the command says so, fails, installs nothing.
     assert result.exit_code == 1, result.output
-    assert "split valid_seen: 2 games, expected 140" in _out(result)
+    assert "split valid_seen: 2 games, expected 140" in _out(result) and "nothing was installed" in _out(result)
+    assert not (dest / "json_2.1.1" / "valid_seen").exists()
+    # a deliberate subset: installed, its count recorded
+    result = runner.invoke(app, ["data", "alfworld", "--from", str(archive), "--dest", str(dest), "--allow-partial"])
+    assert result.exit_code == 0, result.output
+    assert "a partial set, as asked" in _out(result)
     assert data.list_tasks("valid_unseen", dest) == data.list_tasks("valid_unseen", alfworld_data)[:2]
     report = data.verify_install(dest)
     assert report.counts == {"train": 2, "valid_seen": 2, "valid_unseen": 2} and not report.corrupt
-    assert not list(dest.glob(".alfworld-unpack-*"))  # the temporary folder is gone
+    assert data.installed_count(dest / "json_2.1.1" / "train") == 2
+    assert not list(dest.glob(".alfworld-unpack-*"))  # the staging folder and its lock are gone
 
 
 def test_corrupt_game_files_are_named(alfworld_data, tmp_path):
     archive = _tiny_archive(alfworld_data, tmp_path, corrupt=True)
     dest = tmp_path / "root"
-    result = runner.invoke(app, ["data", "alfworld", "--from", str(archive), "--dest", str(dest)])
+    result = runner.invoke(app, ["data", "alfworld", "--from", str(archive), "--dest", str(dest), "--allow-partial"])
     assert result.exit_code == 1
-    report = data.verify_install(dest)
-    bad = dest / "json_2.1.1" / "valid_seen" / data.list_tasks("valid_seen", alfworld_data)[0] / "game.tw-pddl"
-    assert [p for p, _ in report.corrupt] == [str(bad)]
-    assert "not valid JSON" in report.corrupt[0][1]
+    bad = f"json_2.1.1/valid_seen/{data.list_tasks('valid_seen', alfworld_data)[0]}/game.tw-pddl"
+    assert f"corrupt game file {bad}: not valid JSON" in _out(result)
+    assert not (dest / "json_2.1.1" / "train").exists()  # nothing installed, not even the good splits
 
 
 @pytest.fixture(params=["stdlib", "no-filters"])
@@ -170,7 +175,7 @@ def test_paths_that_leave_the_folder_are_refused(tmp_path, tar_filters):
     # an absolute name is made relative by the data filter: it lands inside the unpack folder
     target = tmp_path / "abs" / "evil.txt"
     archive = _tar_with(tmp_path / "abs.tar", tarfile.TarInfo(str(target)))
-    data.install_from_archive(archive, tmp_path / "root")
+    data.install_from_archive(archive, tmp_path / "root", allow_partial=True)
     assert not target.exists()
 
 
