@@ -4,21 +4,29 @@ Panels: :mod:`agent_envs.panels` (``rubricgym eval --list``).  Model specs:
 :mod:`trainers.evaluate.agents` (``random``, ``walkthrough``, ``openai:MODEL``, ``hf:NAME``).
 The loop, the trace folder and resuming: :mod:`trainers.evaluate.runner`.
 
+``rubricgym eval compare DIR...`` pairs runs of one panel hash task by task
+(:mod:`trainers.evaluate.compare`).
+
 Example::
 
     rubricgym eval alfworld-generated-v1 --model random -o runs/eval-random
     rubricgym eval webshop-human-v1 --model openai:Qwen2.5-7B-Instruct \\
-        --base-url http://127.0.0.1:8000/v1 --concurrency 16 -o runs/eval-qwen
+        --base-url http://127.0.0.1:8000/v1 --concurrency 16 --price-in 0.2 --price-out 0.6 -o runs/eval-qwen
+    rubricgym eval compare runs/eval-random runs/eval-qwen
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import typer
+from typer.core import TyperCommand
 
-__all__ = ["eval_command", "register"]
+__all__ = ["compare_command", "eval_command", "register"]
+
+HELP = {"help_option_names": ["-h", "--help"]}
 
 
 def _print_panels(console) -> None:
@@ -32,28 +40,59 @@ def _print_panels(console) -> None:
     console.print(table)
 
 
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _interval(ci, fmt: str) -> str:
+    return "" if ci is None or ci[0] is None else f"[{ci[0]:{fmt}}, {ci[1]:{fmt}}]"
+
+
 def _print_summary(console, summary: dict, agent_name: str) -> None:
     from rich.table import Table
 
-    def pct(x):
-        return f"{100 * x:.1f}"
-
-    lo, hi = summary.get("success_ci", [float("nan")] * 2)
     table = Table(title=f"{agent_name} on {summary['panel']} (hash {summary['hash'][:12]})", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("95% interval", justify="right")
     table.add_row("episodes", str(summary["episodes"]), "")
-    table.add_row("success %", pct(summary["success"]), f"[{pct(lo)}, {pct(hi)}]")
-    slo, shi = summary["score_ci"]
-    table.add_row("score", f"{summary['score']:.3f}", "" if slo is None else f"[{slo:.3f}, {shi:.3f}]")
-    table.add_row("steps", f"{summary['mean_steps']:.1f}", "" if summary["steps_ci"][0] is None else
-                  f"[{summary['steps_ci'][0]:.1f}, {summary['steps_ci'][1]:.1f}]")
-    table.add_row("invalid actions %", pct(summary["invalid_rate"]), "")
-    for key in sorted(k for k in summary if k.startswith(("success/", "rubric/"))):
-        table.add_row(key, f"{summary[key]:.3f}", "")
+    if summary["episodes"]:
+        lo, hi = summary["success_ci"]
+        table.add_row("success %", _pct(summary["success"]), f"[{_pct(lo)}, {_pct(hi)}]")
+        table.add_row("score", f"{summary['score']:.3f}", _interval(summary["score_ci"], ".3f"))
+        table.add_row("steps", f"{summary['mean_steps']:.1f}", _interval(summary["steps_ci"], ".1f"))
+        table.add_row("invalid actions %", _pct(summary["invalid_rate"]), "")
+    for key in sorted(k for k in summary if k.startswith("rubric/")):
+        table.add_row(f"{key} ({summary['units'][key]})", f"{summary[key]:.3f}", "")
+    for key, label, fmt in _COST_ROWS:
+        if summary.get(key) is not None:
+            table.add_row(label, format(summary[key], fmt), "")
     if summary["errors"]:
         table.add_row("[red]agent errors[/red]", str(summary["errors"]), "played again on resume")
+    console.print(table)
+    _print_types(console, summary)
+
+
+_COST_ROWS = (("prompt_tokens", "prompt tokens (total)", ","), ("completion_tokens", "completion tokens (total)", ","),
+              ("tokens_per_episode", "tokens per episode", ",.0f"), ("cost_usd", "cost USD (total)", ".4f"),
+              ("cost_per_episode_usd", "cost USD per episode", ".6f"),
+              ("latency_mean_s", "seconds per decision (mean)", ".3f"),
+              ("latency_p50_s", "seconds per decision (median)", ".3f"),
+              ("latency_p95_s", "seconds per decision (95th pct)", ".3f"),
+              ("episode_wall_mean_s", "seconds per episode (mean)", ".2f"),
+              ("wall_s", "seconds this run (wall)", ".1f"))
+
+
+def _print_types(console, summary: dict) -> None:
+    from rich.table import Table
+
+    types = sorted(k.split("/", 1)[1] for k in summary if k.startswith("episodes/"))
+    if not types:
+        return
+    table = Table("task type", "episodes", "success %", "score", "steps", title="per task type", title_justify="left")
+    for t in types:
+        table.add_row(t, str(summary[f"episodes/{t}"]), _pct(summary[f"success/{t}"]), f"{summary[f'score/{t}']:.3f}",
+                      f"{summary[f'steps/{t}']:.1f}")
     console.print(table)
 
 
@@ -78,29 +117,30 @@ def eval_command(
     max_steps: int = typer.Option(None, "--max-steps", min=1, help="Decisions per episode at most (default: the environment's horizon)."),
     data_root: str = typer.Option(None, "--data-root", help="ALFWorld data root (default: $ALFWORLD_DATA)."),
     allow_hash_change: bool = typer.Option(False, "--allow-hash-change", help="Resume a folder played on another panel hash."),
+    price_in: float = typer.Option(None, "--price-in", min=0.0, help="USD per million prompt tokens: adds the cost (give --price-out too)."),
+    price_out: float = typer.Option(None, "--price-out", min=0.0, help="USD per million completion tokens (with --price-in)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary (results.json) as JSON instead of the tables."),
+    trace_chars: int = typer.Option(32_768, "--trace-chars", min=100, help="Characters of a reply, action or prompt message a trace stores at most (longer ones are cut with a marker giving their length)."),
 ) -> None:
-    """Evaluate an agent on a fixed panel: traces per episode, a summary table with intervals."""
+    """Evaluate an agent on a fixed panel: traces per episode, a summary table with intervals.
+
+    Writes results.json (the summary), tasks.jsonl and tasks.csv (one row per task) too.
+
+    rubricgym eval compare DIR... pairs runs of one panel hash task by task.
+    """
     from rich.console import Console
 
     from agent_envs.panels import PanelError, resolve_panel
     from trainers.evaluate.agents import make_agent
-    from trainers.evaluate.runner import EvalSettings, summarize
+    from trainers.evaluate.runner import EvalSettings
 
     console, err = Console(), Console(stderr=True)
     if list_panels:
         _print_panels(console)
         return
-    if not panel or not model or out is None:
-        err.print("[red]error:[/red] give a PANEL, --model and -o DIR (or --list)", soft_wrap=True)
-        raise typer.Exit(2)
-    if action_format not in ("text", "tools"):
-        err.print(f"[red]error:[/red] --action-format must be text or tools, got {action_format!r}", soft_wrap=True)
-        raise typer.Exit(2)
-    if (dtype is not None or batch_size is not None) and not model.startswith("hf:"):
-        err.print(f"[red]error:[/red] --dtype and --batch-size apply to hf:NAME models, not {model}", soft_wrap=True)
-        raise typer.Exit(2)
-    if dtype not in (None, "float32", "bfloat16"):
-        err.print(f"[red]error:[/red] --dtype must be float32 or bfloat16, got {dtype!r}", soft_wrap=True)
+    problem = _option_problem(panel, model, out, action_format, dtype, batch_size, price_in, price_out)
+    if problem:
+        err.print(f"[red]error:[/red] {problem}", soft_wrap=True)
         raise typer.Exit(2)
     try:
         resolved = resolve_panel(panel, data_root=data_root)
@@ -112,18 +152,39 @@ def eval_command(
         err.print(f"[red]error:[/red] {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
     if action_format == "tools" and not agent.uses_tools:
-        err.print(f"[red]error:[/red] --action-format tools needs an openai:MODEL endpoint, not {model}", soft_wrap=True)
+        err.print(f"[red]error:[/red] --action-format tools needs an openai:MODEL or hf:NAME model, not {model}",
+                  soft_wrap=True)
         raise typer.Exit(2)
     settings = EvalSettings(workers=workers, concurrency=concurrency, limit=limit, max_steps=max_steps,
-                            action_format=action_format)
+                            action_format=action_format, trace_chars=trace_chars)
     n = len(resolved.tasks) if limit is None else min(limit, len(resolved.tasks))
     err.print(f"panel {resolved.name} (hash {resolved.short_hash}, {n} tasks), agent {agent.describe()['name']}",
               soft_wrap=True)
-    results = _run(err, resolved, agent, out, settings, n, allow_hash_change)
-    _print_summary(console, summarize(results, resolved), agent.describe()["name"])
+    prices = None if price_in is None else (price_in, price_out)
+    _run(err, resolved, agent, out, settings, n, allow_hash_change, prices)
+    summary = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(console, summary, agent.describe()["name"])
 
 
-def _run(err, panel, agent, out, settings, n, allow_hash_change):
+def _option_problem(panel, model, out, action_format, dtype, batch_size, price_in, price_out) -> str | None:
+    """What is wrong with the options, if anything."""
+    if not panel or not model or out is None:
+        return "give a PANEL, --model and -o DIR (or --list)"
+    if action_format not in ("text", "tools"):
+        return f"--action-format must be text or tools, got {action_format!r}"
+    if (dtype is not None or batch_size is not None) and not model.startswith("hf:"):
+        return f"--dtype and --batch-size apply to hf:NAME models, not {model}"
+    if dtype not in (None, "float32", "bfloat16"):
+        return f"--dtype must be float32 or bfloat16, got {dtype!r}"
+    if (price_in is None) != (price_out is None):
+        return "give both --price-in and --price-out (USD per million prompt and completion tokens)"
+    return None
+
+
+def _run(err, panel, agent, out, settings, n, allow_hash_change, prices):
     """Play the panel under a progress bar; a run-folder conflict is a one-line error."""
     from rich.progress import Progress
 
@@ -137,7 +198,8 @@ def _run(err, panel, agent, out, settings, n, allow_hash_change):
                 progress.advance(bar)
 
             try:
-                return await evaluate(panel, agent, out, settings, allow_hash_change=allow_hash_change, on_episode=tick)
+                return await evaluate(panel, agent, out, settings, allow_hash_change=allow_hash_change,
+                                      on_episode=tick, prices=prices)
             finally:
                 await agent.aclose()
 
@@ -148,6 +210,77 @@ def _run(err, panel, agent, out, settings, n, allow_hash_change):
         raise typer.Exit(1) from None
 
 
+def compare_command(
+    dirs: list[Path] = typer.Argument(..., help="Eval run folders of one panel hash; the first is the baseline."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON instead of the tables."),
+) -> None:
+    """Pair eval runs of one panel hash task by task: each run against the first, with paired
+    95% Student-t intervals of the differences in success, score and steps and the minimum
+    detectable difference (80% power)."""
+    from rich.console import Console
+
+    from trainers.evaluate.compare import compare_runs
+    from trainers.evaluate.folder import RunFolderError
+
+    try:
+        result = compare_runs(dirs)
+    except (RunFolderError, ValueError) as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_comparison(Console(), result)
+
+
+def _print_comparison(console, result: dict) -> None:
+    from rich.table import Table
+
+    runs = Table("run", "agent", "finished", "success %", "score", "steps", "tokens/episode",
+                 title=f"{result['panel']} (hash {result['hash'][:12]})", title_justify="left")
+    for row in result["runs"]:
+        def fmt(key, spec, row=row):
+            return "" if row.get(key) is None else format(row[key], spec)
+
+        runs.add_row(row["dir"], row["agent"], f"{row['finished']}/{row['tasks']}",
+                     "" if row["success"] is None else _pct(row["success"]), fmt("score", ".3f"), fmt("steps", ".1f"),
+                     fmt("tokens_per_episode", ",.0f"))
+    console.print(runs)
+    base = result["runs"][0]["dir"]
+    for comp in result["comparisons"]:
+        table = Table("metric", "baseline", "run", "run - baseline", "95% interval", "MDE (80% power)",
+                      title=f"{comp['dir']} vs {base}: {comp['pairs']} tasks paired ({comp['unpaired']} unpaired); "
+                            f"solved only by the run {comp['only_run_solved']}, only by the baseline "
+                            f"{comp['only_baseline_solved']}", title_justify="left")
+        for m in comp["metrics"]:
+            spec = ".1f" if m["metric"] == "steps" else ".3f"
+            table.add_row(m["metric"], format(m["baseline"], spec), format(m["run"], spec), format(m["diff"], "+" + spec),
+                          _interval(m["ci"], spec), "" if m["mde"] is None else format(m["mde"], spec))
+        console.print(table)
+
+
+_compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+_compare_app.command("compare", context_settings=HELP)(compare_command)
+
+
+class _EvalCommand(TyperCommand):
+    """``rubricgym eval``; ``rubricgym eval compare DIR...`` when its first argument is ``compare``."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] == "compare":
+            ctx.meta["rubricgym.eval.compare"] = list(args[1:])
+            return []
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx):
+        rest = ctx.meta.pop("rubricgym.eval.compare", None)
+        if rest is None:
+            return super().invoke(ctx)
+        command = typer.main.get_command(_compare_app)
+        with command.make_context(f"{ctx.info_name} compare", rest, parent=ctx.parent) as sub:
+            return command.invoke(sub)
+
+
 def register(app: typer.Typer, data_app: typer.Typer) -> None:
-    """Add ``rubricgym eval``."""
-    app.command("eval")(eval_command)
+    """Add ``rubricgym eval`` (and ``rubricgym eval compare``)."""
+    app.command("eval", cls=_EvalCommand, context_settings=HELP)(eval_command)

@@ -60,12 +60,15 @@ class TurnContext:
 
 @dataclass(frozen=True)
 class Reply:
-    """The agent's answer: ``text`` (parsed by the environment's ``<action>`` rule) and
-    ``action`` (set when the agent chose by a tool call; the text then records the call)."""
+    """The agent's answer: ``text`` (parsed by the environment's ``<action>`` rule),
+    ``action`` (set when the agent chose by a tool call; the text then records the call),
+    ``usage`` (token counts) and ``problem`` (why a malformed answer counts as an invalid
+    action, recorded in the trace)."""
 
     text: str
     action: str | None = None
     usage: Mapping[str, Any] = field(default_factory=dict)
+    problem: str | None = None
 
 
 class Agent:
@@ -106,7 +109,9 @@ class RandomAgent(Agent):
 
 
 class WalkthroughAgent(Agent):
-    """ALFWorld's stored expert plan; WebShop's oracle, replayed from a private environment.
+    """The environment family's expert (:class:`agent_envs.family.Family`): its plan from the
+    episode's first ``info`` (ALFWorld's stored walkthrough), or its oracle replayed on a
+    private environment (WebShop's).
 
     An upper bound on what the panel allows, not a model.
     """
@@ -121,19 +126,20 @@ class WalkthroughAgent(Agent):
 
     def _plan(self, ctx: TurnContext) -> list[str]:
         if ctx.task_index not in self._plans:
-            if self.env_id.startswith("ALFWorld"):
-                from agent_envs.alfworld.data import task_walkthrough
+            from agent_envs.family import family_of
 
-                plan = task_walkthrough(ctx.first_info)
-            else:
-                plan = self._webshop_plan(ctx)
+            fam = family_of(self.env_id)
+            if fam is None or not (fam.expert or fam.oracle):
+                raise ValueError(f"{self.env_id!r} declares no expert (agent_envs.family.Family.expert/oracle)")
+            plan = fam.expert_plan(ctx.first_info) if fam.expert else self._oracle_plan(ctx, fam.oracle)
             self._plans[ctx.task_index] = plan
         return self._plans[ctx.task_index]
 
-    def _webshop_plan(self, ctx: TurnContext) -> list[str]:
+    def _oracle_plan(self, ctx: TurnContext, oracle: str) -> list[str]:
         from agent_envs import make_env
-        from agent_envs.webshop.oracle import oracle_action
+        from agent_envs.family import load_entry
 
+        oracle_action = load_entry(oracle)
         with self._lock:
             if self._mirror is None:
                 self._mirror = make_env(self.env_id, self.env_kwargs)
@@ -206,22 +212,19 @@ class OpenAIAgent(Agent):
             kwargs["tool_choice"] = ({"type": "function", "function": {"name": ctx.tools[0]["function"]["name"]}}
                                      if self.tool_choice == "first" else self.tool_choice)
         try:
-            resp = await self._client.chat.completions.create(**kwargs)
+            raw = await self._client.chat.completions.with_raw_response.create(**kwargs)
         except self._openai.APIError as exc:
-            raise AgentError(f"{self.base_url or 'the endpoint'}: {type(exc).__name__}: {exc}") from exc
-        if not resp.choices:
-            return Reply("")
-        message = resp.choices[0].message
-        usage = resp.usage.model_dump() if resp.usage is not None else {}
-        calls = getattr(message, "tool_calls", None) or []
+            raise AgentError(_clip(f"{self._where()}: {type(exc).__name__}: {exc}", ERROR_CHARS)) from exc
+        message, usage = _completion_message(raw, self._where())
+        if message is None:
+            return Reply("", usage=usage, problem="the reply has no choices")
+        calls = message.get("tool_calls")
         if self.uses_tools and calls:
-            from agent_envs.agent.tools import call_to_action
+            return _tool_reply(calls[0] if isinstance(calls, list) else calls, ctx, usage)
+        return Reply(_content_text(message.get("content")), usage=usage)
 
-            call = calls[0].function
-            action = call_to_action(call.name, call.arguments, ctx.info)
-            text = json.dumps({"tool_call": {"name": call.name, "arguments": call.arguments}})
-            return Reply(text, action=action, usage=usage)
-        return Reply(message.content or "", usage=usage)
+    def _where(self) -> str:
+        return self.base_url or "the endpoint"
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -333,6 +336,88 @@ class LocalAgent(Agent):
             for (_, f), reply in zip(batch, replies):
                 if not f.done():
                     f.set_result(reply)
+
+
+#: Characters of an endpoint's reply quoted in an error at most.
+ERROR_CHARS = 2000
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}[... {len(text)} characters in all]"
+
+
+def _completion_message(raw: Any, where: str) -> tuple[Mapping[str, Any] | None, dict[str, Any]]:
+    """The first choice's message of a raw chat-completions response and its token counts
+    (``None``: no choices).
+
+    Raises:
+        AgentError: the body is not JSON (an HTML page, a truncated body), not a chat completion,
+            or its first choice has no message object.
+    """
+    kind = raw.headers.get("content-type", "no content type").split(";")[0].strip()
+    try:
+        data = json.loads(raw.content)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        hint = " (a web page: does --base-url name the API root, e.g. http://host:8000/v1?)" if "html" in kind else ""
+        body = raw.content[:200].decode("utf-8", "replace")
+        raise AgentError(f"{where}: the reply (HTTP {raw.status_code}, {kind}) is not JSON{hint}: {exc}; "
+                         f"it begins {body!r}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        what = f"a JSON {type(data).__name__}" if not isinstance(data, dict) else f"keys {sorted(data)[:10]}"
+        raise AgentError(_clip(f"{where}: the reply is not a chat completion (no choices list; {what})", ERROR_CHARS))
+    usage = _usage(data.get("usage"))
+    if not data["choices"]:
+        return None, usage
+    choice = data["choices"][0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise AgentError(f"{where}: the reply's choices[0].message is {_json_kind(message)}, not a message object")
+    return message, usage
+
+
+def _json_kind(value: Any) -> str:
+    return "null" if value is None else f"a JSON {type(value).__name__}"
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    """An endpoint's token counts: the numbers (and dicts of numbers) of its ``usage``."""
+    if not isinstance(usage, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in usage.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[str(key)] = value
+        elif isinstance(value, dict):
+            out[str(key)] = {str(k): v for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return out
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def _tool_reply(call: Any, ctx: TurnContext, usage: dict[str, Any]) -> Reply:
+    """The reply of a tool call; a call without a named function is an invalid action."""
+    from agent_envs.agent.prompts import NO_ACTION
+    from agent_envs.agent.tools import call_to_action
+
+    function = call.get("function") if isinstance(call, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or not name:
+        problem = ("the tool call has no function" if not isinstance(function, dict)
+                   else "the tool call's function has no name")
+        text = _clip(json.dumps({"tool_call": call}, default=str), ERROR_CHARS)
+        return Reply(text, action=NO_ACTION, usage=usage, problem=problem)
+    arguments = function.get("arguments")
+    if not isinstance(arguments, (str, dict)) and arguments is not None:
+        arguments = json.dumps(arguments)
+    action = call_to_action(name, arguments, ctx.info)
+    return Reply(json.dumps({"tool_call": {"name": name, "arguments": arguments}}), action=action, usage=usage)
 
 
 def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_options: Mapping[str, Any],

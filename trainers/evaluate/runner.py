@@ -11,23 +11,33 @@ the trainer's wording) and answered as text (``<action>…</action>``) or as a t
 The run folder::
 
     run.json             the panel (name, hash, tasks), the agent and the settings
-    episodes/00007.jsonl one line per decision (prompt, reply, action, valid, reward, rubric),
-                         then one "end" line (success, score, steps, invalid, rubric, error)
-    results.json         the summary (also printed)
+    episodes/00007.jsonl one line per decision (prompt, reply, action, valid, reward, rubric,
+                         usage, latency_s, and a "problem" when a malformed reply counted as
+                         an invalid action), then one "end" line (success, score, steps,
+                         invalid, rubric, error, token sums, wall_s, latency_s)
+    results.json         the summary (also printed; :mod:`trainers.evaluate.summary`)
+    tasks.jsonl          one row per episode (task, success, score, steps, tokens, cost, timings)
+    tasks.csv            the same rows, the rubric channels as columns
+
+A trace stores at most ``settings.trace_chars`` characters of a reply, an action or a prompt
+message; longer ones are cut with a marker giving their length (``[... truncated: N
+characters in all]``), so a reply of many megabytes costs the folder kilobytes.
 
 An episode's file is written whole when it ends (atomically), so an interrupted run resumes
 without redoing finished episodes; an episode that ended in an agent error (an endpoint that
-failed after its retries) is counted as an error and played again on resume.  A folder of
-another panel hash or another agent is refused (``allow_hash_change`` takes a changed hash).
-Per-task results depend only on the task and the agent, not on workers or concurrency (for
-deterministic agents: the baselines, a local model or an endpoint at temperature 0 that is
-deterministic itself).
+failed after its retries, or answered something that is not a chat completion) is counted as
+an error and played again on resume.  A folder of another panel hash or another agent is
+refused (``allow_hash_change`` takes a changed hash), and so is a damaged one, with the file
+named (:mod:`trainers.evaluate.folder`).  Per-task results depend only on the task and the
+agent, not on workers or concurrency (for deterministic agents: the baselines, a local model
+or an endpoint at temperature 0 that is deterministic itself); the timings (``latency_s``,
+``wall_s``) are the machine's.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,15 +48,18 @@ from agent_envs.agent.tools import TOOL_INSTRUCTION
 from agent_envs.panels import Panel
 from agent_envs.rollout import GroupRunner, Turn
 from rubrics.trajectory import Step, Trajectory
-from trainers import stats
 from trainers.evaluate.agents import Agent, AgentError, Reply, TurnContext
-from trainers.evaluation import episode_metrics
+from trainers.evaluate.folder import (
+    EpisodeResult,
+    RunFolderError,
+    check_folder,
+    read_trace,
+    trace_path,
+)
+from trainers.evaluate.summary import summarize, write_task_files
 from trainers.report import write_text_atomic
 
-__all__ = ["EpisodeResult", "EvalSettings", "RunFolderError", "evaluate", "summarize"]
-
-class RunFolderError(ValueError):
-    """A run folder that belongs to another panel hash or agent, or a corrupt trace file."""
+__all__ = ["EpisodeResult", "EvalSettings", "RunFolderError", "clip_text", "evaluate", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -63,27 +76,21 @@ class EvalSettings:
     list_actions: bool = True
     action_format: str = "text"
     system: str = ""
-
-
-@dataclass
-class EpisodeResult:
-    """One finished episode (the "end" line of its trace)."""
-
-    index: int
-    task_id: str
-    success: bool
-    score: float
-    steps: int
-    invalid: int
-    truncated: bool
-    task_type: str | None = None
-    rubric: dict[str, float] = field(default_factory=dict)
-    error: str | None = None
+    trace_chars: int = 32_768
 
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and a marker with its length.
+
+    >>> clip_text("abcdef", 3)
+    'abc[... truncated: 6 characters in all]'
+    """
+    return text if len(text) <= limit else f"{text[:limit]}[... truncated: {len(text)} characters in all]"
 
 
 def _numeric(rubric: Mapping[str, Any]) -> dict[str, float]:
@@ -110,8 +117,18 @@ class _Trace:
     first_info: dict[str, Any]
     info: dict[str, Any]
     lines: list[dict[str, Any]] = field(default_factory=list)
-    pending: tuple[TurnContext, Reply] | None = None
+    pending: tuple[TurnContext, Reply, float] | None = None
     error: str | None = None
+    started: float = field(default_factory=time.perf_counter)
+    latencies: list[float] = field(default_factory=list)
+    tokens: dict[str, int | None] = field(default_factory=lambda: {"prompt_tokens": None, "completion_tokens": None})
+
+    def count(self, usage: Mapping[str, Any]) -> None:
+        """Add a decision's token counts."""
+        for key, total in list(self.tokens.items()):
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.tokens[key] = (total or 0) + value
 
 
 class _Episodes:
@@ -131,12 +148,16 @@ class _Episodes:
         index = self.todo[turn.group]
         trace = self.traces.setdefault(index, _Trace(dict(turn.info), dict(turn.info)))
         ctx = self._context(index, turn, trace.first_info)
+        start = time.perf_counter()
         try:
             reply = await self.agent.decide(ctx)
         except AgentError as exc:
-            trace.error = str(exc)
+            trace.error = clip_text(str(exc), 4000)
             return None
-        trace.pending = (ctx, reply)
+        latency = round(time.perf_counter() - start, 4)
+        trace.latencies.append(latency)
+        trace.count(reply.usage)
+        trace.pending = (ctx, reply, latency)
         return reply_action(reply.text if reply.action is None else format_action(reply.action), info_actions(turn.info))
 
     def _context(self, index: int, turn: Turn, first_info: Mapping[str, Any]) -> TurnContext:
@@ -149,12 +170,19 @@ class _Episodes:
 
     def on_step(self, turn: Turn, step: Step, info: Mapping[str, Any]) -> None:
         """One trace line per transition (``done`` is set on the last one when the episode ends;
-        ``reward`` is the environment's: both return task reward + penalty, the step's two parts)."""
+        ``reward`` is the environment's: both return task reward + penalty, the step's two parts);
+        texts longer than ``trace_chars`` are clipped (:func:`clip_text`)."""
         trace = self.traces[self.todo[turn.group]]
-        ctx, reply = trace.pending
-        trace.lines.append({"t": ctx.t, "messages": list(ctx.messages), "reply": reply.text, "action": step.action,
-                            "valid": step.valid, "reward": step.reward + step.penalty, "done": False,
-                            "rubric": info.get("rubric"), "usage": dict(reply.usage)})
+        ctx, reply, latency = trace.pending
+        limit = self.settings.trace_chars
+        messages = [{**m, "content": clip_text(str(m.get("content", "")), limit)} for m in ctx.messages]
+        line = {"t": ctx.t, "messages": messages, "reply": clip_text(reply.text, limit),
+                "action": clip_text(str(step.action), limit), "valid": step.valid,
+                "reward": step.reward + step.penalty, "done": False, "rubric": info.get("rubric"),
+                "usage": dict(reply.usage), "latency_s": latency}
+        if reply.problem is not None:
+            line["problem"] = reply.problem
+        trace.lines.append(line)
         trace.info = dict(info)
 
     def on_group(self, group: int, trajectories: list[Trajectory]) -> None:
@@ -166,59 +194,36 @@ class _Episodes:
         info = trace.info
         result = EpisodeResult(index, self.panel.task_ids[index], traj.success, traj.score, len(traj.steps),
                                sum(not s.valid for s in traj.steps), traj.truncated,
-                               (info.get("task") or {}).get("type"), _numeric(info.get("rubric") or {}), trace.error)
+                               (info.get("task") or {}).get("type"), _numeric(info.get("rubric") or {}), trace.error,
+                               **trace.tokens, wall_s=round(time.perf_counter() - trace.started, 4),
+                               latency_s=trace.latencies)
         body = "".join(json.dumps(line, default=str) + "\n" for line in trace.lines)
-        _write_atomic(self.out / "episodes" / f"{index:05d}.jsonl", body + json.dumps({"end": True, **asdict(result)}) + "\n")
+        _write_atomic(trace_path(self.out, index), body + json.dumps({"end": True, **asdict(result)}) + "\n")
         self.on_end(result)
-
-
-def _finished(path: Path) -> EpisodeResult | None:
-    """The result of a complete trace (``None``: absent, interrupted, or ended in an error)."""
-    if not path.is_file():
-        return None
-    try:
-        last = path.read_text(encoding="utf-8").rstrip("\n").rsplit("\n", 1)[-1]
-        end = json.loads(last)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RunFolderError(f"{path}: not a trace file ({exc}); delete it to play the episode again") from exc
-    if not end.get("end") or end.get("error"):
-        return None
-    end.pop("end")
-    return EpisodeResult(**end)
-
-
-def _check_folder(out: Path, header: Mapping[str, Any], allow_hash_change: bool) -> None:
-    path = out / "run.json"
-    if not path.is_file():
-        return
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RunFolderError(f"{path}: unreadable ({exc})") from exc
-    if old.get("panel") != header["panel"] or old.get("agent", {}).get("name") != header["agent"]["name"]:
-        raise RunFolderError(f"{out} holds a run of {old.get('panel')} by {old.get('agent', {}).get('name')}; "
-                             f"use another folder for {header['panel']} by {header['agent']['name']}")
-    if old.get("hash") != header["hash"] and not allow_hash_change:
-        raise RunFolderError(f"{out} was played on panel hash {str(old.get('hash'))[:12]}, this machine's "
-                             f"{header['panel']} has {header['hash'][:12]} (other games, goals or engine); "
-                             "use another folder, or pass --allow-hash-change to mix them")
 
 
 async def evaluate(panel: Panel, agent: Agent, out: str | Path, settings: EvalSettings, *,
                    allow_hash_change: bool = False,
-                   on_episode: Callable[[EpisodeResult, bool], None] | None = None) -> list[EpisodeResult]:
+                   on_episode: Callable[[EpisodeResult, bool], None] | None = None,
+                   prices: tuple[float, float] | None = None) -> list[EpisodeResult]:
     """Play the panel's tasks (the first ``settings.limit``) with ``agent``; results in task order.
 
     ``on_episode(result, resumed)`` is called for every episode (those found finished too).
+    ``prices`` (USD per million prompt and completion tokens) add the cost to ``results.json``
+    and the per-task files.
+
+    Raises:
+        RunFolderError: ``out`` holds another panel's, agent's or panel hash's run, or a damaged
+            file (named); nothing in the folder is changed then.
     """
-    out = Path(out)
+    out, start = Path(out), time.perf_counter()
     n = len(panel.tasks) if settings.limit is None else min(settings.limit, len(panel.tasks))
     header = {"panel": panel.name, "hash": panel.hash, "versions": dict(panel.versions), "tasks": n,
               "env_id": panel.spec.env_id, "env_kwargs": dict(panel.spec.env_kwargs),
               "agent": agent.describe(), "settings": asdict(settings)}
-    _check_folder(out, header, allow_hash_change)
+    check_folder(out, header, allow_hash_change)
+    results: list[EpisodeResult | None] = [read_trace(trace_path(out, i), i) for i in range(n)]
     _write_atomic(out / "run.json", json.dumps(header, indent=2, default=str) + "\n")
-    results: list[EpisodeResult | None] = [_finished(out / "episodes" / f"{i:05d}.jsonl") for i in range(n)]
     for r in results:
         if r is not None and on_episode is not None:
             on_episode(r, True)
@@ -229,36 +234,19 @@ async def evaluate(panel: Panel, agent: Agent, out: str | Path, settings: EvalSe
         if on_episode is not None:
             on_episode(result, False)
 
-    play = _Episodes(panel, agent, settings, out, todo, ended)
+    await _play(panel, _Episodes(panel, agent, settings, out, todo, ended), settings, todo)
+    done = [r for r in results if r is not None]
+    summary = summarize(done, panel, prices=prices, wall_s=time.perf_counter() - start, played=len(todo))
+    _write_atomic(out / "results.json", json.dumps(summary, indent=2) + "\n")
+    write_task_files(out, done, prices)
+    return done
+
+
+async def _play(panel: Panel, play: _Episodes, settings: EvalSettings, todo: Sequence[int]) -> None:
+    """Play the tasks ``todo`` through one :class:`GroupRunner`."""
     split = panel.spec.reset_options.get("split")
     with GroupRunner(panel.spec.env_id, panel.spec.env_kwargs, workers=settings.workers,
                      max_steps=settings.max_steps) as runner:
         await runner.arun([panel.tasks[i] for i in todo], play.policy, group_size=1, seeds=settings.seed,
                           options=None if split is None else {"split": split}, on_step=play.on_step,
                           groups_in_flight=settings.concurrency, on_group=play.on_group)
-    done = [r for r in results if r is not None]
-    _write_atomic(out / "results.json", json.dumps(summarize(done, panel), indent=2) + "\n")
-    return done
-
-
-def summarize(results: Sequence[EpisodeResult], panel: Panel) -> dict[str, Any]:
-    """Success (Wilson 95 % interval), score and steps (Student-t 95 % intervals, clipped to
-    [0, 1] and to the steps observed), the
-    invalid-action rate, success per task type, mean final rubric channels, errors, and the
-    panel's name and hash."""
-    n = len(results)
-    rows = [{"success": r.success, "score": r.score, "steps": r.steps, "invalid": r.invalid,
-             "task_type": r.task_type, "rubric": r.rubric} for r in results]
-    out: dict[str, Any] = {"panel": panel.name, "hash": panel.hash, "episodes": n,
-                           "errors": sum(r.error is not None for r in results)}
-    if not n:
-        return out
-    wins = sum(r.success for r in results)
-    out.update(episode_metrics(rows))
-    out["success_ci"] = list(stats.proportion_interval(wins, n))
-    score = stats.mean_interval([r.score for r in results], bounds=(0.0, 1.0))
-    steps = stats.mean_interval([r.steps for r in results], bounds=(min(r.steps for r in results),
-                                                                    max(r.steps for r in results)))
-    out["score_ci"] = [x if not math.isnan(x) else None for x in score]
-    out["steps_ci"] = [x if not math.isnan(x) else None for x in steps]
-    return out
