@@ -24,6 +24,11 @@ the sizes).
     python bench/credit.py                 # the tables
     python bench/credit.py --repeats 9     # steadier numbers
     python bench/credit.py --flat only     # only flat step rows vs native, 3,840 to 61,440 rows
+    python bench/credit.py --versus hgpo gigpo   # two estimators side by side, their time ratio
+
+``--versus A B`` times A and B on the same batches, the calls alternating (so both see the same
+moments of a shared machine), and prints A's time over B's per batch (HGPO's target: <= 2x
+GiGPO's on the 16 x 8 x 30 batch).
 """
 
 from __future__ import annotations
@@ -195,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--timer", choices=("cpu", "wall"), default="cpu",
                     help="cpu: process CPU time (default; robust on a shared machine); wall: elapsed time")
     ap.add_argument("--cpu", type=int, default=0, help="pin to this CPU core (-1: do not pin)")
+    ap.add_argument("--versus", nargs=2, metavar=("A", "B"),
+                    help="only time estimators A and B side by side (calls alternating) and print A/B")
     ap.add_argument("--flat", choices=("also", "only", "no"), default="also",
                     help="the flat-rows vs native table (up to 61,440 rows): after the main table, only it, or not")
     args = ap.parse_args(argv)
@@ -219,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     big16 = tile(mixed, 256) if args.rollouts else synthetic_batch(256, 8, (10, 50), seed=4)
     sizes = [("target", base), ("1x", mixed), ("4x", big4), ("16x", big16)]
     steps = {k: sum(len(t.steps) for g in b for t in g) for k, b in sizes}
+    if args.versus:
+        versus_table(*args.versus, sizes, steps, args.repeats, args.timer, source)
+        return
     load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     print(f"Credit estimators, {args.timer} time per call, median of {args.repeats} (16x: of "
           f"{max(3, args.repeats // 2)}), one core{load}; rollouts: {source}")
@@ -268,6 +278,29 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"for its graph stage per iteration.")
     if args.flat == "also":
         flat_table(names, args.repeats, args.timer, args.scpo_scorer)
+
+
+VERSUS_TARGET = 2.0  # HGPO / GiGPO on the target batch
+
+
+def versus_table(a: str, b: str, sizes: Sequence[tuple[str, list[list[Trajectory]]]], steps: dict[str, int],
+                 repeats: int, timer: str, source: str) -> None:
+    """Estimators ``a`` and ``b`` (defaults) on the same batches, calls alternating: ms and a/b."""
+    unknown = [n for n in (a, b) if n not in available_estimators()]
+    if unknown:
+        raise SystemExit(f"unknown estimator(s) {', '.join(unknown)}; available: {', '.join(available_estimators())}")
+    ea, eb = build(a), build(b)
+    print(f"{a} vs {b}, {timer} time per call, median of {repeats} (calls alternating); rollouts: {source}\n")
+    print(f"| batch | steps | {a} ms | {b} ms | {a} / {b} |")
+    print("|:---|---:|---:|---:|---:|")
+    ratio = {}
+    for k, batch in sizes:
+        reps = repeats if k != "16x" else max(3, repeats // 2)
+        ta, tb = paired_ms(lambda batch=batch: ea(batch), lambda batch=batch: eb(batch), reps, timer)
+        ratio[k] = ta / tb
+        print(f"| {k} | {steps[k]:,} | {ta:.2f} | {tb:.2f} | {ta / tb:.2f} |", flush=True)
+    verdict = "within" if ratio["target"] <= VERSUS_TARGET else "NOT within"
+    print(f"\n{a} / {b} on the target batch: {ratio['target']:.2f} ({verdict} the {VERSUS_TARGET:g}x target)")
 
 
 FLAT_GROUPS = (16, 64, 128, 256)  # x 8 trajectories x 30 steps: 3,840 ... 61,440 rows
