@@ -144,3 +144,43 @@ def test_docstring_example_runs() -> None:
     import doctest
 
     assert doctest.testmod(trl_grpo).failed == 0
+
+
+def test_success_and_invalid_share_go_through_trls_log_metric(trained) -> None:
+    trainer = trained[0]
+    trajs = [t for g in trainer.last_credit["groups"] for t in g]
+    steps = [s for t in trajs for s in t.steps]
+    logged = next(h for h in trainer.state.log_history if "rubricgym/success" in h)
+    assert logged["rubricgym/success"] == pytest.approx(sum(t.success for t in trajs) / len(trajs))
+    assert logged["rubricgym/invalid_share"] == pytest.approx(sum(not s.valid for s in steps) / len(steps))
+    assert not any(k.startswith("rubricgym/") for k in trainer._metrics["train"])  # nothing written there directly
+
+
+def test_episodes_are_bounded_in_tokens_by_default(tmp_path, mini_dir) -> None:
+    """The default ``max_tokens`` (8192) and the model's context (tiny-llama: 4096) bound an
+    episode; a bound below one turn's prompt + completion ends every episode after its first turn."""
+    rollout = trl_grpo.env_rollout("WebShop-Rubric-v0", {"catalogue": mini_dir})
+    assert rollout.max_tokens == trl_grpo.DEFAULT_MAX_TOKENS == 8192
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(max_position_embeddings=4096)))
+    assert rollout.token_limit(trainer) == 4096
+    rollout.max_tokens = 1000
+    assert rollout.token_limit(trainer) == 1000
+    rollout.close()
+    with pytest.raises(ValueError, match="max_tokens"):
+        trl_grpo.env_rollout("WebShop-Rubric-v0", max_tokens=0)
+    capped, _, _ = _train(tmp_path, mini_dir, max_tokens=64)
+    assert all(len(t.steps) == 1 for g in capped.last_credit["groups"] for t in g)
+
+
+def test_rollout_tasks_are_the_splits(mini_dir) -> None:
+    rollout = trl_grpo.env_rollout("WebShop-Rubric-v0", {"catalogue": mini_dir, "verify": False, "tagger": "lexicon",
+                                                         "goal_kind": "synthetic"})
+    tasks = rollout.tasks()
+    assert tasks and all(isinstance(t, int) for t in tasks)
+    rows = trl_grpo.task_dataset(tasks, seed=0)
+    assert len(rows) == len(tasks)
+    with pytest.raises(ValueError, match=f"has {len(tasks)} tasks, not {len(tasks) + 1}"):
+        rollout.tasks(len(tasks) + 1)
+    rollout.close()

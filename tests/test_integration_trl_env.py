@@ -186,3 +186,23 @@ def test_action_to_call_inverts_call_to_action_on_real_games() -> None:
             name, args = action_to_call(action)
             assert call_to_action(name, args) == action
     env.close()
+
+
+def test_the_dataset_names_only_tasks_the_generated_split_holds(tmp_path) -> None:
+    """``factory.tasks()`` lists the split's tasks (here 4 generated games), so every row of the
+    documented ``tool_task_dataset(factory.tasks())`` resets; ``range(2000)`` would not."""
+    pytest.importorskip("alfworld", reason="pip install -e '.[alfworld]'")
+    kwargs = {"split": "generated", "generated_n": 4, "generated_cache_dir": str(tmp_path / "games")}
+    factory = RubricEnvironments("ALFWorld-Rubric-v0", kwargs)
+    tasks = factory.tasks()
+    assert len(tasks) == len(set(tasks)) == 4
+    rows = tool_task_dataset(tasks, seed=0)
+    env = factory()
+    goals = {env.reset(**row).split("Possible actions")[0] for row in rows}
+    assert len(goals) == 4  # four different games
+    assert factory.tasks(2) == tasks[:2]
+    with pytest.raises(ValueError, match="has 4 tasks, not 5"):
+        factory.tasks(5)
+    with pytest.raises(ValueError, match="out of range: split 'generated' has 4 tasks"):
+        env.reset(task=1542)
+    factory.close()

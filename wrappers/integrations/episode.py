@@ -42,6 +42,7 @@ __all__ = [
     "episode_pool",
     "parse_task",
     "reset_all",
+    "split_tasks",
     "step_all",
     "task_prompt",
 ]
@@ -62,6 +63,38 @@ def task_prompt(task: Any = None, seed: int | None = None, split: str | None = N
     if split is not None:
         spec["split"] = str(split)
     return json.dumps(spec)
+
+
+def split_tasks(env: Any, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None,
+                split: str | None = None) -> list[Any]:
+    """The tasks of the environment's split, in the order ``rubricgym train`` draws them
+    (:func:`agent_envs.tasks.task_pool`): ALFWorld task ids, WebShop goal indices.
+
+    Args:
+        env: A Gymnasium id, a zero-argument factory or an environment (one made here is closed).
+        env_kwargs: Keyword arguments for ``gym.make``.
+        n: The first ``n`` tasks (default: all of them).
+        split: The split (default: the environment's own).
+
+    Raises:
+        ValueError: the split holds fewer than ``n`` tasks, or the environment cannot list them.
+    """
+    from agent_envs.registration import make_env
+    from agent_envs.tasks import task_pool
+
+    made = make_env(env, env_kwargs)
+    try:
+        base = getattr(made, "unwrapped", made)
+        split = split if split is not None else getattr(base, "split", None)
+        pool = task_pool(made, split)
+    finally:
+        if made is not env:
+            made.close()
+    if pool is None:
+        raise ValueError(f"the environment cannot list the tasks of split {split!r}: pass task indices")
+    if n is not None and not 0 <= n <= len(pool):
+        raise ValueError(f"split {split!r} has {len(pool)} tasks, not {n}")
+    return pool if n is None else pool[:n]
 
 
 def parse_task(spec: Any) -> dict[str, Any]:

@@ -39,18 +39,24 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agent_envs.agent.prompts import build_prompt, info_actions
 from agent_envs.agent.tools import TOOL_INSTRUCTION, call_to_action, kinds_of, tool_result
+from agent_envs.family import family_of
 from rubrics.trajectory import Trajectory
-from wrappers.integrations.episode import TextEpisode
+from wrappers.integrations.episode import TextEpisode, split_tasks
 
-__all__ = ["ALFWorldTools", "RubricEnvironments", "RubricToolEnv", "WebShopTools", "tool_task_dataset"]
+__all__ = ["ALFWorldTools", "RubricEnvironments", "RubricToolEnv", "WebShopTools", "tool_class", "tool_task_dataset"]
+
+#: A ``{slot}`` of an action template.
+_SLOTS = re.compile(r"\{(\w+)\}")
 
 #: The tool message of a call made after the episode ended.
 OVER = "The episode is over. Do not call any more tools."
@@ -245,8 +251,7 @@ class RubricEnvironments:
         env_kwargs: Keyword arguments for ``gym.make``.
         max_steps: Cap on tool calls that step the environment per episode (``None``: the
             environment's own horizon).
-        tools: The tool class (default: :class:`WebShopTools` for WebShop ids, else
-            :class:`ALFWorldTools`).
+        tools: The tool class (default: :func:`tool_class` of ``env``).
         keep: How many scored episodes :meth:`pop_trajectories` can return at most (the oldest
             are dropped past it, so a run that never pops them stays bounded in memory).
     """
@@ -256,8 +261,8 @@ class RubricEnvironments:
         self.env, self.env_kwargs, self.max_steps = env, dict(env_kwargs or {}), max_steps
         if tools is None:
             if not isinstance(env, str):
-                raise ValueError("an environment factory needs tools=ALFWorldTools or tools=WebShopTools")
-            tools = WebShopTools if kinds_of(env) == ("search", "click") else ALFWorldTools
+                raise ValueError("an environment factory needs tools= (e.g. tool_class(ENV_ID), ALFWorldTools)")
+            tools = tool_class(env)
         self.tools = tools
         self._instances: list[RubricToolEnv] = []
         self._done: deque[Trajectory] = deque(maxlen=keep)
@@ -281,12 +286,63 @@ class RubricEnvironments:
             self._done.clear()
         return out
 
+    def tasks(self, n: int | None = None, split: str | None = None) -> list[Any]:
+        """The first ``n`` tasks (default: all) of the environment's split, in ``rubricgym
+        train``'s order, for :func:`tool_task_dataset`: rows never name a task the split lacks
+        (:func:`~wrappers.integrations.episode.split_tasks`; a ValueError when it has fewer)."""
+        return split_tasks(self.env, self.env_kwargs, n, split)
+
     def close(self) -> None:
         """Close every environment made."""
         with self._lock:
             instances, self._instances = self._instances, []
         for instance in instances:
             instance._close()
+
+
+def _public(cls: type) -> list[str]:
+    return sorted(n for n in vars(cls) if not n.startswith("_"))
+
+
+def _tool_method(name: str, slots: list[str], doc: str) -> Callable[..., str]:
+    """A tool method ``name(self, <slots>: str) -> str`` that steps the action it names."""
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params += [inspect.Parameter(s, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str) for s in slots]
+    signature = inspect.Signature(params, return_annotation=str)
+
+    def method(self: RubricToolEnv, *args: Any, **kwargs: Any) -> str:
+        bound = signature.bind(self, *args, **kwargs)
+        return self._act(name, **{s: bound.arguments[s] for s in slots})
+
+    method.__name__ = method.__qualname__ = name
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__annotations__ = {**{s: str for s in slots}, "return": str}
+    args = "".join(f"\n    {s}: The {s}, as written in the possible actions." for s in slots)
+    method.__doc__ = doc + (f"\n\nArgs:{args}" if slots else "")
+    return method
+
+
+def tool_class(env_id: str) -> type[RubricToolEnv]:
+    """The tool class of a registered environment: :class:`ALFWorldTools` or :class:`WebShopTools`
+    when their methods are the family's tool kinds, else one generated from the kinds
+    (:attr:`agent_envs.family.Family.tool_kinds`: a method per kind, its slots as ``str``
+    arguments, its description as the docstring).
+
+    >>> tool_class("WebShop-Rubric-v0") is WebShopTools
+    True
+
+    Raises:
+        ValueError: ``env_id`` belongs to no registered family.
+    """
+    kinds = sorted(kinds_of(env_id))
+    for cls in (ALFWorldTools, WebShopTools):
+        if _public(cls) == kinds:
+            return cls
+    fam = family_of(env_id)
+    assert fam is not None  # kinds_of raised otherwise
+    methods = {name: _tool_method(name, _SLOTS.findall(template), doc) for name, template, doc in fam.tool_kinds}
+    cls_name = "".join(w.capitalize() for w in fam.name.split("_")) + "Tools"
+    return type(cls_name, (RubricToolEnv,), {"__doc__": f"{fam.name}'s actions as tools.", **methods})
 
 
 def tool_task_dataset(tasks: Iterable[Any], seed: int | None = None, split: str | None = None,

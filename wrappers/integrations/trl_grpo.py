@@ -15,18 +15,20 @@ Install: ``pip install "rubricgym[trl]"`` (TRL 1.16; the trainer relies on TRL's
   ``num_generations`` samples of a prompt are a sibling group, and each response token gets
   its decision's step advantage.  TRL's reward functions still run (default:
   :func:`episode_return`) for its logs.
-* :func:`task_dataset` is the prompt dataset: one row per task.
+* :func:`task_dataset` is the prompt dataset: one row per task; :meth:`EnvRollout.tasks` lists
+  the tasks the environment's split holds (``rubricgym train``'s order), so the rows never
+  name a task the split lacks.
 
 Example (the GPU command is in docs/integrations.md)::
 
     from trl import GRPOConfig
     from wrappers.integrations.trl_grpo import RubricGRPOTrainer, env_rollout, task_dataset
 
+    rollout = env_rollout("ALFWorld-Rubric-v0", {"split": "train"}, max_turns=30)
     trainer = RubricGRPOTrainer(
         model="Qwen/Qwen2.5-1.5B-Instruct", estimator="gigpo",
         args=GRPOConfig(output_dir="out", num_generations=8, max_completion_length=64),
-        train_dataset=task_dataset(range(500), seed=0),
-        rollout_func=env_rollout("ALFWorld-Rubric-v0", {"split": "train"}, max_turns=30))
+        train_dataset=task_dataset(rollout.tasks(500), seed=0), rollout_func=rollout)
     trainer.train()
 """
 
@@ -47,13 +49,18 @@ from wrappers.integrations.episode import (
     TextEpisode,
     check_pool_options,
     reset_all,
+    split_tasks,
     step_all,
     task_prompt,
 )
 
-__all__ = ["EnvRollout", "RubricGRPOTrainer", "env_rollout", "episode_return", "task_dataset"]
+__all__ = ["DEFAULT_MAX_TOKENS", "EnvRollout", "RubricGRPOTrainer", "env_rollout", "episode_return",
+           "log_episode_metrics", "task_dataset"]
 
 TRAJECTORY, SPANS, RETURN = "rubricgym_trajectory", "rubricgym_spans", "rubricgym_return"
+
+#: :class:`EnvRollout`'s default bound on an episode's prompt + completion tokens.
+DEFAULT_MAX_TOKENS = 8192
 
 
 def task_dataset(tasks: Iterable[Any], seed: int | None = None, split: str | None = None) -> Any:
@@ -64,8 +71,23 @@ def task_dataset(tasks: Iterable[Any], seed: int | None = None, split: str | Non
 
 
 def episode_return(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    """TRL reward function: each episode's summed environment reward (task reward + penalties)."""
+    """TRL reward function: each episode's summed environment reward (task reward + penalties).
+
+    It also logs ``rubricgym/success`` and ``rubricgym/invalid_share`` through TRL's public
+    ``log_metric`` (:func:`log_episode_metrics`; a custom reward function can call that too)."""
+    if callable(kwargs.get("log_metric")) and TRAJECTORY in kwargs:
+        log_episode_metrics(kwargs["log_metric"], kwargs[TRAJECTORY])
     return [float(r) for r in kwargs[RETURN]]
+
+
+def log_episode_metrics(log_metric: Any, trajectories: Sequence[Trajectory]) -> None:
+    """Log the episodes' success share and invalid-action share through TRL's ``log_metric``
+    (a reward function's keyword argument): one value per episode and per step, so TRL's mean
+    over all processes is the batch's share."""
+    for t in trajectories:
+        log_metric("rubricgym/success", float(bool(t.success)))
+        for step in t.steps:
+            log_metric("rubricgym/invalid_share", float(not step.valid))
 
 
 def _prompt_text(prompt: Any) -> Any:
@@ -83,7 +105,10 @@ class EnvRollout:
             kept between calls).
         env_kwargs: Keyword arguments for ``gym.make``.
         max_turns: Decisions per episode at most.
-        max_tokens: Stop an episode (truncated) once prompt + completion reach this many tokens.
+        max_tokens: Bound on prompt + completion tokens of an episode (default 8192; ``None``:
+            only the model's context ``max_position_embeddings``, which also bounds any value
+            given): an episode stops (truncated) before a turn of ``max_completion_length``
+            tokens could pass it.
         style, list_actions, compact: The decision prompt (SPEC §7).
         parser: ``parser(response, info) -> action`` (default: the ``<action>`` block).
         env_workers: Worker processes the environments live in (an
@@ -94,14 +119,17 @@ class EnvRollout:
     """
 
     def __init__(self, env: Any, env_kwargs: Mapping[str, Any] | None = None, *, max_turns: int = 30,
-                 max_tokens: int | None = None, style: str = "action_only", list_actions: bool = True,
+                 max_tokens: int | None = DEFAULT_MAX_TOKENS, style: str = "action_only", list_actions: bool = True,
                  compact: bool = False, parser: ActionParser | None = None, env_workers: int = 0,
                  env_pool_options: Mapping[str, Any] | None = None) -> None:
         from agent_envs.pool import EnvPool
 
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+            raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
         self.max_turns, self.max_tokens = max_turns, max_tokens
+        self.env, self.env_kwargs = env, dict(env_kwargs or {})
         self.pool = EnvPool(env, env_kwargs, workers=env_workers, **check_pool_options(env_pool_options))
         self.episode_kwargs = {"style": style, "list_actions": list_actions, "compact": compact, "parser": parser,
                                "max_steps": max_turns}
@@ -116,6 +144,18 @@ class EnvRollout:
         """Close the environments and stop their workers."""
         self.pool.close()
 
+    def tasks(self, n: int | None = None, split: str | None = None) -> list[Any]:
+        """The first ``n`` tasks (default: all) of the environment's split, for :func:`task_dataset`
+        (:func:`~wrappers.integrations.episode.split_tasks`; a ValueError when the split has fewer)."""
+        return split_tasks(self.env, self.env_kwargs, n, split)
+
+    def token_limit(self, trainer: Any) -> int | None:
+        """The episode's token bound: ``max_tokens``, and never past the model's context."""
+        config = getattr(getattr(trainer, "model", None), "config", None)
+        context = getattr(config, "max_position_embeddings", None)
+        limits = [x for x in (self.max_tokens, context) if isinstance(x, int) and not isinstance(x, bool)]
+        return min(limits) if limits else None
+
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
         tok = trainer.processing_class
         tok = getattr(tok, "tokenizer", tok)  # a processor wraps its tokenizer
@@ -128,6 +168,8 @@ class EnvRollout:
         logps: list[list[float]] = [[] for _ in eps]
         spans: list[list[tuple[int, int]]] = [[] for _ in eps]
         have_logps = True
+        limit = self.token_limit(trainer)
+        reserve = int(getattr(trainer, "max_completion_length", None) or 0)  # the next turn's tokens
         for _turn in range(self.max_turns):
             live = [k for k, ep in enumerate(eps) if not ep.done]
             if not _any_live(trainer, len(live)):
@@ -151,7 +193,7 @@ class EnvRollout:
                 comp[k] += env_ids
                 mask[k] += [0] * len(env_ids)
                 logps[k] += [0.0] * len(env_ids)
-                if self.max_tokens is not None and len(prompt_ids[k]) + len(comp[k]) >= self.max_tokens:
+                if limit is not None and len(prompt_ids[k]) + len(comp[k]) + reserve >= limit:
                     eps[k].stop()
         trajs = [ep.trajectory(slot=0) for ep in eps]
         return {"prompt_ids": prompt_ids, "completion_ids": comp, "logprobs": logps if have_logps else None,
@@ -232,9 +274,6 @@ class RubricGRPOTrainer(GRPOTrainer):
         self.last_credit = {"groups": groups, "results": results, "advantages": out["advantages"],
                             "spans": [inp[SPANS] for inp in inputs],
                             "completion_ids": [row[m].tolist() for row, m in zip(out["completion_ids"], kept)]}
-        self._metrics[mode]["rubricgym/success"].append(sum(t.success for t in trajs) / max(len(trajs), 1))
-        steps = [s for t in trajs for s in t.steps]
-        self._metrics[mode]["rubricgym/invalid_share"].append(sum(not s.valid for s in steps) / max(len(steps), 1))
         return out
 
 
