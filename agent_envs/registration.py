@@ -1,4 +1,5 @@
-"""Registers the rubricgym environments with Gymnasium (on ``import agent_envs``), and
+"""Registers the rubricgym environment families and their Gymnasium ids (on ``import
+agent_envs``; :mod:`agent_envs.family`), and
 :func:`make_env`, the one way the trainer, the arena, ``rubricgym eval``, the panels, the
 environment pools and every RL-library adapter make an environment.
 
@@ -19,28 +20,51 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["ENV_IDS", "make_env", "register_envs"]
+__all__ = ["ENTRY_POINT_GROUP", "ENV_IDS", "FAMILY_MODULES", "make_env", "register_envs"]
 
-#: Environment id -> entry point.
-ENV_IDS: dict[str, str] = {
-    "ALFWorld-Rubric-v0": "agent_envs.alfworld.env:ALFWorldRubricEnv",
-    "WebShop-Rubric-v0": "agent_envs.webshop.env:WebShopRubricEnv",
-}
+#: The built-in environment families (``agent_envs.family.Family`` records), registered in
+#: this order; each is declared in its own package.
+FAMILY_MODULES: tuple[str, ...] = (
+    "agent_envs.alfworld.family:FAMILY",
+    "agent_envs.webshop.family:FAMILY",
+)
+
+#: The entry-point group under which another distribution declares its families
+#: (``[project.entry-points."rubricgym.families"] name = "package.module:FAMILY"``).
+ENTRY_POINT_GROUP = "rubricgym.families"
+
+#: Environment id -> entry point, of every registered family (filled by :func:`register_envs`).
+ENV_IDS: dict[str, str] = {}
+
+_REGISTERING: list[bool] = []
 
 
 def register_envs() -> None:
-    """Register every environment id once (idempotent).
+    """Register every environment family once (idempotent): the built-in ones
+    (:data:`FAMILY_MODULES`) and those other distributions declare under
+    :data:`ENTRY_POINT_GROUP` (:func:`agent_envs.family.register_family`).
 
     The environments enforce their own horizon (``max_steps``), so no ``TimeLimit`` is
     added by Gymnasium.  Nor is Gymnasium's ``PassiveEnvChecker``: when the first reset
     raises (an unknown task, say), Gymnasium 1.4's checker keeps no reset data and its first
     step then fails with ``TypeError: cannot unpack non-iterable NoneType object``.  The test
-    suite runs Gymnasium's full ``check_env`` on both environments instead; pass
+    suite runs Gymnasium's full ``check_env`` on the environments instead; pass
     ``gym.make(..., disable_env_checker=False)`` to add the passive checker anyway.
     """
-    for env_id, entry_point in ENV_IDS.items():
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
+    if ENV_IDS or _REGISTERING:
+        return
+    import importlib.metadata
+
+    from agent_envs.family import load_entry, register_family
+
+    _REGISTERING.append(True)
+    try:
+        specs = list(FAMILY_MODULES) + [ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+        for spec in specs:
+            family = register_family(load_entry(spec))
+            ENV_IDS.update(family.envs)
+    finally:
+        _REGISTERING.clear()
 
 
 def make_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Any:

@@ -5,6 +5,12 @@ A channel has a name (used in ``info["rubric"]`` and in templates), a one-letter
 whether it is a *diagnostic*: diagnostics are reported for inspection but never enter the
 active set C.
 
+The schemas form a small registry of this package: the papers' two environments (ALFWorld,
+WebShop) are its built-in entries, so ``import rubrics`` alone knows them; an environment
+family of :mod:`agent_envs` registers any further schema with :func:`register_schema` when
+``agent_envs`` registers its environments (``agent_envs.family``).  This package never imports
+``agent_envs``: the environments fill the registry, the rubric layer only holds it.
+
 Example:
     >>> schema = channel_schema("alfworld")
     >>> schema["target_acquired"].symbol
@@ -18,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ALFWORLD_CHANNELS", "ENVIRONMENTS", "WEBSHOP_CHANNELS", "Channel", "channel_schema"]
+__all__ = ["ALFWORLD_CHANNELS", "WEBSHOP_CHANNELS", "Channel", "channel_schema", "environments", "register_schema"]
 
 ChannelKind = Literal["bool", "count", "graded"]
 
@@ -73,18 +79,46 @@ WEBSHOP_CHANNELS: tuple[Channel, ...] = (
     Channel("scorer_error", "E", "bool", True, "the goal scorer raised; components left at 0"),
 )
 
-_SCHEMAS = {"alfworld": ALFWORLD_CHANNELS, "webshop": WEBSHOP_CHANNELS}
-ENVIRONMENTS: tuple[str, ...] = tuple(_SCHEMAS)
+_SCHEMAS: dict[str, tuple[Channel, ...]] = {"alfworld": ALFWORLD_CHANNELS, "webshop": WEBSHOP_CHANNELS}
+
+
+def register_schema(env: str, channels: tuple[Channel, ...]) -> None:
+    """Register the channel schema of environment ``env`` (lower-case name).
+
+    Registering the same schema again is a no-op.
+
+    Raises:
+        ValueError: ``env`` already has a different schema, or two channels share a name or a
+            symbol.
+        TypeError: a channel is not a :class:`Channel`.
+    """
+    if not isinstance(env, str) or not env or env != env.lower():
+        raise ValueError(f"an environment name is a non-empty lower-case str, got {env!r}")
+    channels = tuple(channels)
+    if not all(isinstance(c, Channel) for c in channels):
+        raise TypeError(f"the channels of {env!r} must be Channel records")
+    for attr in ("name", "symbol"):
+        values = [getattr(c, attr) for c in channels]
+        if len(set(values)) != len(values):
+            raise ValueError(f"the channels of {env!r} repeat a {attr}: {values}")
+    if _SCHEMAS.get(env, channels) != channels:
+        raise ValueError(f"environment {env!r} already has a different channel schema")
+    _SCHEMAS[env] = channels
+
+
+def environments() -> tuple[str, ...]:
+    """The environments with a registered schema, in registration order."""
+    return tuple(_SCHEMAS)
 
 
 def channel_schema(env: str) -> dict[str, Channel]:
-    """The channels of ``env`` (``"alfworld"`` or ``"webshop"``) by name, in table order."""
+    """The channels of ``env`` (``"alfworld"``, ``"webshop"`` or a registered one) by name, in table order."""
     if not isinstance(env, str):
         raise TypeError(f"env must be a str, got {type(env).__name__}")
     try:
         return {c.name: c for c in _SCHEMAS[env.lower()]}
     except KeyError:
-        raise ValueError(f"unknown environment {env!r}; known: {', '.join(ENVIRONMENTS)}") from None
+        raise ValueError(f"unknown environment {env!r}; known: {', '.join(_SCHEMAS)}") from None
 
 
 def diagnostic_channels() -> frozenset[str]:

@@ -7,8 +7,11 @@ A template is a directed graph over one task family's channels with three relati
 * ``blocks``: while the source is active the target is not enabled, and blocking sources
   are never in the frontier themselves.
 
-Templates live as TOML files in ``rubrics/templates/<env>/<family>.toml`` and are loaded by
-:func:`load_template`.  The frontier of an active set C is [MCGPO Eq. 8]::
+Templates live as TOML files, one folder per environment: the papers' two environments ship
+theirs in ``rubrics/templates/<env>/<family>.toml``; an environment family of
+:mod:`agent_envs` registers its own folder (and task-type aliases) with
+:func:`register_templates` when ``agent_envs`` registers its environments.  They are loaded
+by :func:`load_template`.  The frontier of an active set C is [MCGPO Eq. 8]::
 
     F(C) = { j in V \\ (C ∪ V_block) : P(j) ⊆ C, B(j) ∩ C = ∅ }
 
@@ -49,6 +52,7 @@ __all__ = [
     "available_templates",
     "load_template",
     "parse_template",
+    "register_templates",
 ]
 
 RELATIONS = ("requires_ever", "requires_current", "blocks")
@@ -226,33 +230,83 @@ def _template_dir() -> Path:
     return Path(str(resources.files("rubrics") / "templates"))
 
 
+#: env -> (template folder, task type -> template family); the built-in environments' folders
+#: are ``rubrics/templates/<env>``.
+_FOLDERS: dict[str, tuple[Path, dict[str, str]]] = {
+    "alfworld": (_template_dir() / "alfworld", dict(ALFWORLD_TASK_TYPES)),
+    "webshop": (_template_dir() / "webshop", {}),
+}
+#: env -> (template family -> parsed template, task type -> template family): templates given as data.
+_GIVEN: dict[str, tuple[dict[str, Template], dict[str, str]]] = {}
+
+
+def register_templates(env: str, source: str | Path | Mapping[str, Mapping[str, Any]],
+                       task_types: Mapping[str, str] | None = None) -> None:
+    """Register the dependency templates of environment ``env`` (its schema registered first:
+    :func:`rubrics.channels.register_schema`).
+
+    Args:
+        env: The environment name.
+        source: A folder of ``<family>.toml`` files, or the templates as data: template family ->
+            the mapping a TOML file would parse to (validated now, by :func:`parse_template`).
+        task_types: Task-type names -> the template family that serves them
+            (``load_template(env, task_type)``).
+
+    Raises:
+        ValueError: an unknown environment, a folder that does not exist, or ``env`` already
+            registered with other templates.
+        TemplateError: a template given as data is malformed.
+    """
+    channel_schema(env)  # unknown env -> ValueError
+    aliases = dict(task_types or {})
+    if isinstance(source, Mapping):
+        parsed = {name: parse_template(data, source=f"<{env} template {name}>") for name, data in source.items()}
+        entry: Any = (parsed, aliases)
+        table: dict[str, Any] = _GIVEN
+    else:
+        path = Path(source)
+        if not path.is_dir():
+            raise ValueError(f"template folder {path} of {env!r} does not exist")
+        entry, table = (path, aliases), _FOLDERS
+    if env in _FOLDERS or env in _GIVEN:
+        if table.get(env) != entry:
+            raise ValueError(f"environment {env!r} already has other registered templates")
+        return
+    table[env] = entry
+
+
 def available_templates() -> dict[str, list[str]]:
-    """Families with a shipped template file, per environment."""
-    root = _template_dir()
-    return {d.name: sorted(p.stem for p in d.glob("*.toml")) for d in sorted(root.iterdir()) if d.is_dir()}
+    """Families with a template, per environment."""
+    out = {env: sorted(p.stem for p in folder.glob("*.toml")) for env, (folder, _aliases) in _FOLDERS.items()}
+    return out | {env: sorted(given) for env, (given, _aliases) in _GIVEN.items()}
 
 
 def load_template(env: str, family: str) -> Template:
-    """Load and validate the shipped template of a task family.
+    """Load and validate the template of a task family.
 
     Args:
-        env: ``"alfworld"`` or ``"webshop"``.
-        family: For ALFWorld one of the six task-type names (e.g.
-            ``"pick_two_obj_and_place"``) or a family name (``pick``, ``clean``, ``heat``,
-            ``cool``, ``look``); for WebShop ``"webshop"``.
+        env: ``"alfworld"``, ``"webshop"`` or a registered environment.
+        family: A template family (ALFWorld: ``pick``, ``clean``, ``heat``, ``cool``,
+            ``look``; WebShop: ``"webshop"``) or a task type the environment maps to one
+            (ALFWorld's six, e.g. ``"pick_two_obj_and_place"``).
     """
     if not isinstance(env, str) or not isinstance(family, str):
         raise TypeError("load_template(env, family) expects two strings")
     env = env.lower()
     channel_schema(env)  # unknown env -> ValueError
-    name = ALFWORLD_TASK_TYPES.get(family, family) if env == "alfworld" else family
-    path = _template_dir() / env / f"{name}.toml"
-    if not path.is_file():
-        known = available_templates().get(env, [])
-        if env == "alfworld":
-            known = list(ALFWORLD_TASK_TYPES) + known
+    if env in _GIVEN:
+        given, aliases = _GIVEN[env]
+        found = given.get(aliases.get(family, family))
+    elif env in _FOLDERS:
+        folder, aliases = _FOLDERS[env]
+        path = folder / f"{aliases.get(family, family)}.toml"
+        found = _load_file(path, env) if path.is_file() else None
+    else:
+        raise ValueError(f"environment {env!r} has no registered templates")
+    if found is None:
+        known = list(aliases) + available_templates()[env]
         raise ValueError(f"no template for {env!r} family {family!r}; known: {', '.join(known)}")
-    return _load_file(path, env)
+    return found
 
 
 @cache

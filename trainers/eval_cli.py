@@ -236,27 +236,28 @@ def compare_command(
 def _print_comparison(console, result: dict) -> None:
     from rich.table import Table
 
-    runs = Table("run", "agent", "finished", "success %", "score", "steps", "tokens/episode",
-                 title=f"{result['panel']} (hash {result['hash'][:12]})", title_justify="left")
-    for row in result["runs"]:
+    runs = Table("#", "run folder", "agent", "finished", "success %", "score", "steps", "tokens/episode",
+                 title=f"{result['panel']} (hash {result['hash'][:12]}); #1 is the baseline", title_justify="left")
+    runs.columns[1].overflow = "fold"
+    for i, row in enumerate(result["runs"], 1):
         def fmt(key, spec, row=row):
             return "" if row.get(key) is None else format(row[key], spec)
 
-        runs.add_row(row["dir"], row["agent"], f"{row['finished']}/{row['tasks']}",
+        runs.add_row(str(i), row["dir"], row["agent"], f"{row['finished']}/{row['tasks']}",
                      "" if row["success"] is None else _pct(row["success"]), fmt("score", ".3f"), fmt("steps", ".1f"),
                      fmt("tokens_per_episode", ",.0f"))
     console.print(runs)
-    base = result["runs"][0]["dir"]
-    for comp in result["comparisons"]:
-        table = Table("metric", "baseline", "run", "run - baseline", "95% interval", "MDE (80% power)",
-                      title=f"{comp['dir']} vs {base}: {comp['pairs']} tasks paired ({comp['unpaired']} unpaired); "
-                            f"solved only by the run {comp['only_run_solved']}, only by the baseline "
-                            f"{comp['only_baseline_solved']}", title_justify="left")
+    for i, comp in enumerate(result["comparisons"], 2):
+        console.print(f"\n#{i} - #1: {comp['pairs']} tasks paired ({comp['unpaired']} unpaired); solved only by "
+                      f"#{i}: {comp['only_run_solved']}, only by #1: {comp['only_baseline_solved']}", soft_wrap=True)
+        table = Table("metric", "#1", f"#{i}", "difference", "95% interval", "MDE")
         for m in comp["metrics"]:
             spec = ".1f" if m["metric"] == "steps" else ".3f"
             table.add_row(m["metric"], format(m["baseline"], spec), format(m["run"], spec), format(m["diff"], "+" + spec),
                           _interval(m["ci"], spec), "" if m["mde"] is None else format(m["mde"], spec))
         console.print(table)
+    console.print("difference: run - baseline over the paired tasks; 95% Student-t interval; MDE: the smallest "
+                  "difference a paired t-test detects with 80% power at this spread", soft_wrap=True)
 
 
 _compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

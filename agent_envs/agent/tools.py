@@ -2,7 +2,7 @@
 
 The text interface names an action inside ``<action>…</action>``; the tool interface offers
 the same actions as OpenAI-style function tools built from the turn's admissible actions —
-one tool per kind (``go_to(target)``, ``take(object, receptacle)``, ``search(query)``,
+one tool per kind that the environment's family declares (``go_to(target)``, ``take(object, receptacle)``, ``search(query)``,
 ``click(button)``, ...), each slot an ``enum`` of the values admissible now (free text for a
 search query).  :func:`call_to_action` turns a call back into the action string; a call that
 names no tool, has unparsable arguments or misses a slot becomes an action the environment
@@ -27,30 +27,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ACTION_KINDS", "TOOL_INSTRUCTION", "action_to_call", "call_to_action", "kinds_of", "tool_result",
-           "tools_for"]
+__all__ = ["ACTION_KINDS", "TOOL_INSTRUCTION", "action_to_call", "call_to_action",  # noqa: F822 (module __getattr__)
+           "kinds_of", "tool_result", "tools_for"]
 
 #: What the model is told when its actions are tools (the text format's ``<action>`` instruction).
 TOOL_INSTRUCTION = "Act by calling exactly one of the tools; its arguments name the action."
-
-#: (tool name, template, description); ``{slot}`` are the arguments.  ALFWorld's and WebShop's kinds.
-ACTION_KINDS: tuple[tuple[str, str, str], ...] = (
-    ("go_to", "go to {target}", "Walk to a receptacle or place."),
-    ("take", "take {object} from {receptacle}", "Pick up an object from a receptacle."),
-    ("move", "move {object} to {receptacle}", "Put the object you hold into or onto a receptacle."),
-    ("open", "open {target}", "Open a receptacle."),
-    ("close", "close {target}", "Close a receptacle."),
-    ("toggle", "toggle {target}", "Switch an object or appliance on or off."),
-    ("use", "use {target}", "Use an object (e.g. a lamp)."),
-    ("clean", "clean {object} with {receptacle}", "Clean an object with a receptacle (a sink)."),
-    ("heat", "heat {object} with {receptacle}", "Heat an object with a receptacle (a microwave)."),
-    ("cool", "cool {object} with {receptacle}", "Cool an object with a receptacle (a fridge)."),
-    ("examine", "examine {target}", "Look closely at an object or receptacle."),
-    ("look", "look", "Look around."),
-    ("inventory", "inventory", "List what you hold."),
-    ("search", "search[{query}]", "Search the shop for products."),
-    ("click", "click[{button}]", "Click a button or link on the page."),
-)
 
 _SLOT = re.compile(r"\{(\w+)\}")
 
@@ -63,14 +44,40 @@ def _pattern(template: str) -> re.Pattern[str]:
     return re.compile(f"^{out}$")
 
 
-_KINDS = [(name, template, doc, _pattern(template), _SLOT.findall(template)) for name, template, doc in ACTION_KINDS]
+_COMPILED: dict[tuple[tuple[str, str, str], ...], list[tuple[Any, ...]]] = {}
+
+
+def _all_kinds() -> tuple[tuple[str, str, str], ...]:
+    """Every registered family's tool kinds (:class:`agent_envs.family.Family`), in registration
+    order, each name once."""
+    from agent_envs.family import families
+
+    seen: dict[str, tuple[str, str, str]] = {}
+    for fam in families():
+        for kind in fam.tool_kinds:
+            seen.setdefault(kind[0], kind)
+    return tuple(seen.values())
+
+
+def _kinds() -> list[tuple[Any, ...]]:
+    kinds = _all_kinds()
+    if kinds not in _COMPILED:
+        _COMPILED[kinds] = [(name, template, doc, _pattern(template), _SLOT.findall(template))
+                            for name, template, doc in kinds]
+    return _COMPILED[kinds]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ACTION_KINDS":  # (tool name, template, description) of every registered family
+        return _all_kinds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tools_for(admissible: Sequence[str]) -> list[dict[str, Any]]:
     """The tools of the admissible actions (kinds in :data:`ACTION_KINDS` order; a query slot
     is free text, every other slot an enum of its admissible values)."""
     tools = []
-    for name, template, doc, pattern, slots in _KINDS:
+    for name, template, doc, pattern, slots in _kinds():
         values: dict[str, list[str]] = {s: [] for s in slots}
         matched = False
         for action in admissible:
@@ -94,7 +101,7 @@ def tools_for(admissible: Sequence[str]) -> list[dict[str, Any]]:
 
 def call_to_action(name: str, arguments: str | Mapping[str, Any] | None, info: Mapping[str, Any] | None = None) -> str:
     """The action string a tool call names (``info`` is unused today: the call alone decides)."""
-    kind = next((k for k in _KINDS if k[0] == name), None)
+    kind = next((k for k in _kinds() if k[0] == name), None)
     try:
         args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments or {})
     except json.JSONDecodeError:
@@ -113,7 +120,7 @@ def action_to_call(action: str) -> tuple[str, dict[str, str]] | None:
     >>> action_to_call("click[buy now]")
     ('click', {'button': 'buy now'})
     """
-    for name, _template, _doc, pattern, slots in _KINDS:
+    for name, _template, _doc, pattern, slots in _kinds():
         m = pattern.match(str(action))
         if m is not None:
             return name, {s: m.group(s) for s in slots}
@@ -121,9 +128,17 @@ def action_to_call(action: str) -> tuple[str, dict[str, str]] | None:
 
 
 def kinds_of(env_id: str) -> tuple[str, ...]:
-    """The tool names of an environment family: WebShop's ``search``/``click``, else ALFWorld's."""
-    web = ("search", "click")
-    return web if env_id.lower().startswith("webshop") else tuple(k[0] for k in ACTION_KINDS if k[0] not in web)
+    """The tool names of an environment's family (:attr:`agent_envs.family.Family.tool_kinds`).
+
+    Raises:
+        ValueError: ``env_id`` belongs to no registered family.
+    """
+    from agent_envs.family import family_of
+
+    fam = family_of(env_id)
+    if fam is None:
+        raise ValueError(f"{env_id!r} belongs to no registered environment family: its tool kinds are unknown")
+    return fam.tool_names
 
 
 def tool_result(observation: str, admissible: Sequence[str], *, done: bool, won: bool = False) -> str:

@@ -53,6 +53,7 @@ import tyro
 
 from agent_envs.agent.prompts import info_goal
 from agent_envs.agent.walkthrough import replay_walkthroughs
+from agent_envs.family import ArenaPreset, families
 from agent_envs.rollout import EnvPool, GroupRunner, Turn, matching_keys
 from agent_envs.tasks import select_tasks, train_val_tasks
 from rubrics.trajectory import Trajectory
@@ -102,94 +103,30 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------- environments
 
 
-@dataclass(frozen=True)
-class EnvPreset:
-    """How the arena uses one environment.
+#: How the arena uses one environment: declared by its family (:class:`agent_envs.family.ArenaPreset`).
+EnvPreset = ArenaPreset
 
-    Attributes:
-        env_id: Gymnasium id.
-        family: ``"alfworld"`` or ``"webshop"`` (estimator defaults).
-        make_kwargs: Keyword arguments of ``gym.make``.
-        train_split: ``options["split"]`` of training resets (``None``: the env's own).
-        val_split: ``options["split"]`` of validation resets.  When it equals
-            ``train_split`` the validation tasks are the ones after the training pool in the
-            fixed task order, so the two sets are disjoint.
-        generated_n: For generated ALFWorld games: pass ``generated_n`` = max(this, training
-            pool + validation set) to ``gym.make``.
-        max_steps: Arena default horizon (the environment's ``max_steps``).
-    """
-
-    env_id: str
-    family: str
-    make_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    train_split: str | None = None
-    val_split: str | None = None
-    generated_n: int | None = None
-    max_steps: int = 20
-
+#: Named environments of ``rubricgym arena --env``: every registered family's arena presets.
+ENV_PRESETS: dict[str, EnvPreset] = {name: p for fam in families() for name, p in fam.arena.items()}
 
 #: The names of :data:`ENV_PRESETS` (the choices of ``rubricgym arena --env``).
-ArenaEnv = Literal["alfworld-generated", "alfworld", "alfworld-unseen", "webshop", "webshop-generated"]
-
-#: Named environments of ``rubricgym arena --env``.
-ENV_PRESETS: dict[str, EnvPreset] = {
-    "alfworld-generated": EnvPreset(
-        "ALFWorld-Rubric-v0", "alfworld", {"split": "generated"}, "generated", "generated",
-        generated_n=60, max_steps=20,
-    ),
-    "alfworld": EnvPreset(
-        "ALFWorld-Rubric-v0", "alfworld", {"split": "train"}, "train", "valid_seen", max_steps=30,
-    ),
-    "alfworld-unseen": EnvPreset(
-        "ALFWorld-Rubric-v0", "alfworld", {"split": "train"}, "train", "valid_unseen", max_steps=30,
-    ),
-    "webshop": EnvPreset("WebShop-Rubric-v0", "webshop", {}, "train", "eval", max_steps=15),
-    "webshop-generated": EnvPreset(
-        "WebShop-Rubric-v0", "webshop", {"catalogue": "generated"}, "train", "eval", max_steps=15,
-    ),
-}
-
+ArenaEnv = Literal[tuple(ENV_PRESETS)]  # type: ignore[valid-type]
 
 # ------------------------------------------------------------------------------- configuration
 
-_ALFWORLD_SETTING: dict[str, Any] = {
-    "max_steps": 30, "warm_start_tasks": 36, "train_tasks": 36, "val_tasks": 24, "updates": 12,
-    "groups_per_update": 4, "group_size": 6, "eval_every": 4,
-    # validation at T = 0.4 (SPEC §6), one episode per task: more episodes leave the paired SD
-    # unchanged and greedy validation does not see GRPO's learning (docs/arena.md, "Choosing
-    # the validation"; bench/arena_eval_noise.py)
-}
-
-#: Per-environment defaults of :meth:`ArenaConfig.for_env` (measured; see docs/arena.md).
-DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {
-    # the uniform policy practically never wins ALFWorld within a short horizon, so every
-    # method starts from the same behaviour-cloned policy (docs/arena.md, "ALFWorld")
-    "alfworld-generated": _ALFWORLD_SETTING,
-    "alfworld": _ALFWORLD_SETTING,  # (real splits: same sizes, not yet measured there)
-    "alfworld-unseen": _ALFWORLD_SETTING,
-    # memo off: on WebShop the replays it needs cost more than its hits save (docs/arena.md);
-    # sequential sampling: the documented 26-seed comparison was measured with it
-    # and has not been re-run with coupled sampling yet
-    "webshop": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "memo": False, "sampling": "sequential"},
-    "webshop-generated": {"updates": 60, "train_tasks": 64, "val_tasks": 32, "memo": False,
-                          "sampling": "sequential"},
-}
-
+#: Per-environment defaults of :meth:`ArenaConfig.for_env` (measured; see docs/arena.md and each
+#: family's arena presets).
+DEFAULT_SETTINGS: dict[str, dict[str, Any]] = {name: dict(p.settings) for name, p in ENV_PRESETS.items()}
 
 #: ``(--estimators, --variants)`` of ``rubricgym arena --env E`` without them (others: the
-#: registered estimators, no variants).  On ALFWorld the default comparison is the five estimators
-#: of the powered comparison with the finest calibration control beside them (GiGPO with its
-#: step credit destroyed: it needs every seed to be resolved); the coarse controls (no RL, half
-#: of GRPO's rows scrambled: resolved at 20 seeds) and MileGPO and SCPO are further commands
-#: into the same folder (docs/arena.md).
-DEFAULT_METHODS: dict[str, tuple[str, str]] = {
-    "alfworld-generated": ("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle"),
-}
+#: registered estimators, no variants), as each family's preset declares (on ALFWorld: the five
+#: estimators of the powered comparison with the finest calibration control beside them;
+#: docs/arena.md).
+DEFAULT_METHODS: dict[str, tuple[str, str]] = {name: p.methods for name, p in ENV_PRESETS.items() if p.methods}
 
 #: Seeds of ``rubricgym arena --env E`` without ``--seeds`` (sized so the comparison's
 #: minimum detectable difference is as documented in docs/arena.md).
-DEFAULT_SEEDS: dict[str, int] = {"webshop": 26, "webshop-generated": 26, "alfworld-generated": 64,
-                                 "alfworld": 3, "alfworld-unseen": 3}
+DEFAULT_SEEDS: dict[str, int] = {name: p.seeds for name, p in ENV_PRESETS.items()}
 
 
 @dataclass
@@ -204,9 +141,9 @@ class ArenaConfig:
     """
 
     env: Annotated[ArenaEnv, tyro.conf.arg(aliases=("-e",))] = setting(
-        "alfworld-generated", "Environment: alfworld-generated (no data needed), alfworld (real train/valid_seen), "
-                              "alfworld-unseen (real train/valid_unseen), webshop or webshop-generated; it also "
-                              "picks the other settings' defaults (DEFAULT_SETTINGS).")
+        "alfworld-generated", "Environment: an arena preset of a registered environment family (--list names "
+                              "them; alfworld-generated needs no data); it also picks the other settings' "
+                              "defaults (DEFAULT_SETTINGS).")
     rollout: Section[Rollouts] = field(default_factory=lambda: Rollouts(groups_per_update=4))
     objective: Section[ObjectiveConfig] = field(default_factory=ObjectiveConfig)
     update: Section[Updates] = field(default_factory=lambda: Updates(learning_rate=10.0))  # with target_kl: the WebShop sweep of docs/arena.md (lr 3/10/30, KL 0.02/0.05/0.15)
@@ -358,12 +295,13 @@ def arena_envs(cfg: ArenaConfig) -> EnvPool:
     kwargs["max_steps"] = cfg.horizon
     if preset.generated_n is not None:
         kwargs["generated_n"] = max(preset.generated_n, cfg.n_tasks_needed)
-    if cfg.task_types is not None:
-        if preset.family != "alfworld":
-            raise ValueError("ArenaConfig.task_types applies to ALFWorld environments only")
-        kwargs["task_types"] = list(cfg.task_types)
-    if preset.family == "alfworld":
-        kwargs["fast_grammar"] = cfg.fast_grammar
+    if cfg.task_types is not None and "task_types" not in preset.env_settings:
+        raise ValueError(f"ArenaConfig.task_types does not apply to {preset.env_id} (its arena preset does not "
+                         "pass task types)")
+    for name, kwarg in preset.env_settings.items():
+        value = getattr(cfg, name)
+        if value is not None:
+            kwargs[kwarg] = list(value) if isinstance(value, (list, tuple)) else value
     key = json.dumps([preset.env_id, kwargs, cfg.memo], sort_keys=True, default=str)
     pool = _ENV_CACHE.get(key)
     if pool is None:

@@ -6,9 +6,10 @@ A *method* is written ``estimator`` or ``estimator:variant[+variant...]``, e.g. 
 plus overrides of the arena objective (MCGPO's "no pairwise loss" sets λ_pair = 0 and
 keeps the preference diagnostics).
 
-Per-environment defaults follow SPEC §4: GraphGPO (and MCGPO's GraphGPO task branch)
-γ = 0.1 on ALFWorld and 0.2 on WebShop; MileGPO's ``alfworld``/``webshop`` presets;
-SCPO α = 0.5 / 1.0 and τ_succ = 0 / 9.0.  SCPO's scorer in the arena is the
+Per-environment defaults are the papers' settings each environment family declares
+(:attr:`agent_envs.family.Family.estimators`, SPEC §4): e.g. GraphGPO (and MCGPO's GraphGPO
+task branch) γ = 0.1 on ALFWorld and 0.2 on WebShop; MileGPO's ``alfworld``/``webshop``
+presets; SCPO α = 0.5 / 1.0 and τ_succ = 0 / 9.0.  SCPO's scorer in the arena is the
 dependency-free lexical one (fast, no model load); ``scpo_scorer="auto"`` selects the
 bi-encoder.
 
@@ -66,12 +67,12 @@ import numpy as np
 __all__ = [
     "CONTROLS",
     "CONTROL_VARIANT",
-    "ENV_FAMILIES",
     "VARIANTS",
     "MethodSpec",
     "arena_estimators",
     "available_methods",
     "degrade_advantages",
+    "env_families",
     "estimator_defaults",
     "resolve_method",
 ]
@@ -93,8 +94,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-#: Environment families with their own estimator defaults.
-ENV_FAMILIES: tuple[str, ...] = ("alfworld", "webshop")
+def env_families() -> tuple[str, ...]:
+    """The registered environment families (:func:`agent_envs.family.families`), each with its
+    own estimator defaults."""
+    from agent_envs.family import families
+
+    return tuple(f.name for f in families())
+
 
 #: variant name -> (estimator, estimator parameter overrides, objective overrides, description)
 VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, Any], str]]] = {
@@ -132,19 +138,10 @@ def estimator_defaults(estimator: str, family: str, scpo_scorer: str = "lexical"
 
     ``scpo_scorer`` is SCPO's scorer spec (:func:`wrappers.credit.scorers.make_scorer`).
     """
-    if family not in ENV_FAMILIES:
-        raise ValueError(f"unknown environment family {family!r}; use one of {', '.join(ENV_FAMILIES)}")
-    alf = family == "alfworld"
-    table: dict[str, dict[str, Any]] = {
-        "grpo": {},
-        "rloo": {},
-        "gigpo": {"gamma": 0.95},
-        "graphgpo": {"gamma": 0.1 if alf else 0.2},
-        "milegpo": {"preset": family},
-        "scpo": {"alpha": 0.5 if alf else 1.0, "success_threshold": 0.0 if alf else 9.0, "scorer": scpo_scorer},
-        "mcgpo": {"gamma": 0.1 if alf else 0.2},
-    }
-    return dict(table.get(estimator, {}))
+    from agent_envs.family import get_family
+
+    params = dict(get_family(family).estimators.get(estimator, {}))
+    return params | {"scorer": scpo_scorer} if estimator == "scpo" else params
 
 
 @dataclass(frozen=True)
@@ -194,7 +191,8 @@ def resolve_method(
 
     Args:
         method: The method string.
-        family: ``"alfworld"`` or ``"webshop"`` (per-environment defaults).
+        family: A registered environment family (``"alfworld"``, ``"webshop"``...; its
+            estimator defaults).
         extra_params: Estimator parameters that override defaults and variants.
         scpo_scorer: SCPO's scorer spec (the arena default is the fast lexical scorer).
 
