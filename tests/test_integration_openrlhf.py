@@ -9,11 +9,15 @@ import types
 
 import pytest
 
-pytest.importorskip(
-    "openrlhf.utils.agent",
-    reason="OpenRLHF is not installed: pip install --no-deps openrlhf==0.11.2 && pip install aiohttp pylatexenc")
+INSTALL = 'pip install -e ".[openrlhf]" && pip install --no-deps openrlhf==0.11.2'
 
-from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
+try:
+    from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor
+except ImportError as exc:  # name what failed: OpenRLHF itself, or a module its agent file imports
+    missing = getattr(exc, "name", None) or ""
+    what = ("OpenRLHF is not installed" if missing.split(".")[0] == "openrlhf"
+            else f"OpenRLHF's agent module does not import: {exc}")
+    pytest.skip(f"{what}: {INSTALL}", allow_module_level=True)
 
 from wrappers.integrations import openrlhf_agent
 from wrappers.integrations.episode import episode_pool, task_prompt
