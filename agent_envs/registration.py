@@ -27,6 +27,7 @@ __all__ = ["ENTRY_POINT_GROUP", "ENV_IDS", "FAMILY_MODULES", "make_env", "regist
 FAMILY_MODULES: tuple[str, ...] = (
     "agent_envs.alfworld.family:FAMILY",
     "agent_envs.webshop.family:FAMILY",
+    "agent_envs.sokoban.family:FAMILY",
 )
 
 #: The entry-point group under which another distribution declares its families
