@@ -58,13 +58,14 @@ from trainers.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
+    restore_scheduler,
     save_checkpoint,
 )
 from trainers.config import ConfigError, TrainConfig
 from trainers.evaluation import episode_metrics
 from trainers.generation import make_backend
 from trainers.lm_policy import RolloutSettings, TaskRef, collect_rollouts
-from trainers.metrics import MetricsLogger, run_identity
+from trainers.metrics import MetricFileError, MetricsLogger, read_metrics, run_identity
 from trainers.models import apply_lora, load_policy, train_top_layers
 from trainers.report import last_per_update, readouts
 from trainers.trainable import TrainablePolicy
@@ -277,8 +278,9 @@ class Trainer:
                                        num_training_steps=cfg.schedule.updates)
         self.update_rule = cfg.update_rule()
         self.adv_scaler = AdvantageScaler.from_config(self.update_rule)
+        # the schedule is checkpointed by trainers.checkpoint as JSON, not registered with
+        # Accelerate (which would pickle it, and unpickle it in full on resume)
         model, optimizer = acc.prepare(model, optimizer)
-        acc.register_for_checkpointing(self.scheduler)
         self.policy = TrainablePolicy(acc, model, optimizer, tok, loss_unit=cfg.loss_unit(cfg.credit.rl_loss),
                                       temperature=cfg.rollout.temperature, logprob_batch_rows=cfg.update.logprob_batch_rows,
                                       lora=bool(cfg.policy.lora), ref_model=ref_model)
@@ -306,10 +308,14 @@ class Trainer:
     def _resume(self) -> None:
         """Continue from the run folder's last complete checkpoint, if there is one."""
         acc = self.accelerator
+        self._check_metrics_file()
         ckpt = latest_checkpoint(self.run_dir / "checkpoints")
         if ckpt is not None:
             state = load_checkpoint(acc, ckpt)
             self.start_update = int(state["update"])
+            if not restore_scheduler(self.scheduler, ckpt):  # a checkpoint from before lr_scheduler.json
+                for _ in range(self.start_update):  # the schedule steps once per update
+                    self._step_schedule()
             self.eval_history = list(state.get("eval_history", []))
             self.warm_start_stats = state.get("warm_start")
             self.warm_start_eval = state.get("warm_start_eval")
@@ -319,6 +325,17 @@ class Trainer:
             self.resumed_from = str(ckpt)
             self.policy.sync_rollout_model(everything=True)
             log.info("resumed from %s (update %d)", ckpt, self.start_update)
+
+    def _check_metrics_file(self) -> None:
+        """Refuse to resume onto a ``metrics.jsonl`` that ``rubricgym report`` could not read
+        (a torn last line was already cut off when the file was opened)."""
+        if not (self.run_dir / "metrics.jsonl").is_file():
+            return
+        try:
+            read_metrics(self.run_dir)
+        except MetricFileError as exc:
+            raise MetricFileError(f"cannot resume {self.run_dir}: {exc}; fix or delete that line "
+                                  "(`rubricgym report` refuses it too), then resume") from None
 
     # ------------------------------------------------------------------ helpers
     def _seed_for(self, *parts: int) -> int:
@@ -580,7 +597,7 @@ class Trainer:
                  "train_games_eval": self.train_games_eval,
                  "adv_scaler": self.adv_scaler.state_dict()}
         t0 = time.perf_counter()
-        save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state)
+        save_checkpoint(self.accelerator, self.run_dir / "checkpoints", update, state, scheduler=self.scheduler)
         if self.accelerator.is_main_process:
             prune_checkpoints(self.run_dir / "checkpoints", self.cfg.schedule.keep_checkpoints)
         self.phase_seconds["checkpoint"] += time.perf_counter() - t0
