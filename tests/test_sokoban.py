@@ -259,6 +259,24 @@ def test_pool_runner_and_text_episode_reach_it() -> None:
     ep.close()
 
 
+def test_trl_tool_environment_plays_it_with_generated_tools() -> None:
+    """TRL's environment_factory path: a tool class generated from the family's tool kinds."""
+    from wrappers.integrations.trl_env import RubricEnvironments
+
+    factory = RubricEnvironments(ENV)
+    env = factory()
+    assert "Possible actions: up | down | left | right" in env.reset(task=3)
+    moves = plan({"task": {"id": "sokoban/6x6-1box/3", "room": render_text(*_start(generate(0, 3, max_solution=15)))}})
+    for a in moves[:-1]:
+        assert getattr(env, a)().endswith("Possible actions: up | down | left | right")
+    assert "task completed" in getattr(env, moves[-1])()
+    # -0.1 per move, +1 onto the target, +10 solved
+    assert env.get_reward() == pytest.approx(-0.1 * len(moves) + 11.0)
+    (traj,) = factory.pop_trajectories()
+    assert traj.success and [s.action for s in traj.steps] == moves
+    factory.close()
+
+
 def test_panel_is_pinned_and_the_expert_solves_every_task() -> None:
     from agent_envs.panels import PANELS, resolve_panel
 
