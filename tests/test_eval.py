@@ -286,7 +286,7 @@ def test_a_local_transformers_model_plays_greedily_and_deterministically(small_p
     for name in ("a", "b"):
         agent = make_agent("hf:tiny-llama", env_id="x", env_kwargs={}, reset_options={}, max_tokens=8)
         results, _ = _run(panel, agent, tmp_path / name, max_steps=2, limit=2, concurrency=2)
-        runs.append((results, (tmp_path / name / "episodes" / "00001.jsonl").read_text()))
+        runs.append((results, _untimed(tmp_path / name / "episodes" / "00001.jsonl")))
     assert runs[0] == runs[1] and [r.steps for r in runs[0][0]] == [2, 2]
     header = json.loads((tmp_path / "a" / "run.json").read_text())
     assert header["agent"] == {"name": "hf:tiny-llama", "temperature": 0.0, "max_tokens": 8, "dtype": "float32",
@@ -332,6 +332,33 @@ def test_a_local_model_answers_concurrent_episodes_in_batches(small_panel, tmp_p
     assert replies[4] == replies[1]
     header = json.loads((tmp_path / "b4" / "run.json").read_text())
     assert header["agent"]["batch_size"] == 4 and "batch_size" not in json.loads((tmp_path / "b1" / "run.json").read_text())["agent"]
+
+
+def test_a_local_model_plays_with_tools(small_panel, tmp_path):
+    """hf:NAME with tools: the prompt carries the tools' schemas; the real model's reply (random
+    weights: no tool call) is an invalid action saying why, and a reply holding a tool call
+    (the real model's text replaced by one) is the action it names."""
+    pytest.importorskip("transformers", reason="pip install 'rubricgym[train]'")
+    _, panel = small_panel
+    for name, substitute in (("raw", None), ("called", '<tool_call>{"name": "look", "arguments": {}}</tool_call>')):
+        agent = make_agent("hf:tiny-llama", env_id="x", env_kwargs={}, reset_options={}, max_tokens=8,
+                           action_format="tools")
+        prompts, real = [], agent._generate
+
+        def generate(batch, real=real, substitute=substitute, prompts=prompts):
+            prompts.extend(batch)
+            return [(substitute or text, usage) for text, usage in real(batch)]
+
+        agent._generate = generate
+        (r,), _ = _run(panel, agent, tmp_path / name, max_steps=2, limit=1, action_format="tools")
+        system = prompts[0][0]["content"]
+        assert system.startswith("Act by calling exactly one of the tools") and '{"name": "go_to"' in system
+        lines = [json.loads(x) for x in (tmp_path / name / "episodes" / "00000.jsonl").read_text().splitlines()]
+        if substitute is None:
+            assert (r.steps, r.invalid) == (2, 2) and lines[0]["problem"] == "no tool call in the reply"
+        else:
+            assert (r.steps, r.invalid) == (2, 0) and [x["action"] for x in lines[:2]] == ["look", "look"]
+    assert json.loads((tmp_path / "raw" / "run.json").read_text())["agent"]["action_format"] == "tools"
 
 
 def test_local_model_options_are_checked(tmp_path):

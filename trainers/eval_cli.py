@@ -107,7 +107,7 @@ def eval_command(
     max_tokens: int = typer.Option(256, "--max-tokens", min=1, help="Tokens per reply at most."),
     retries: int = typer.Option(4, "--retries", min=0, help="Retries of a failed request (exponential backoff)."),
     timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds per request."),
-    action_format: str = typer.Option("text", "--action-format", help="text (<action> blocks) or tools (function calls)."),
+    action_format: str = typer.Option("text", "--action-format", help="text (<action> blocks) or tools (function calls; openai:MODEL and hf:NAME)."),
     tool_choice: str = typer.Option("auto", "--tool-choice", help="With tools: auto, required, or first (force a call of the first tool; llama.cpp)."),
     dtype: str = typer.Option(None, "--dtype", help="hf:NAME only: the weights' precision, float32 (default) or bfloat16."),
     batch_size: int = typer.Option(None, "--batch-size", min=1, help="hf:NAME only: requests of concurrent episodes generated together (default 1; give --concurrency at least as large)."),

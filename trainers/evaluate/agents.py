@@ -12,11 +12,16 @@ Specs:
   API key from an environment variable, temperature, max tokens, retries with exponential
   backoff (the client's own, for connection errors, 408/409/429 and 5xx) and a timeout;
   ``action_format="tools"`` sends the actions as function-calling tools
-  (:mod:`agent_envs.agent.tools`);
+  (:mod:`agent_envs.agent.tools`).  A reply that is no chat completion (not JSON, an HTML
+  page, a ``message`` that is null) fails its episode with an :class:`AgentError` naming what
+  was wrong; a tool call without a named function is an invalid action whose trace line says
+  so (``problem``);
 * ``hf:NAME`` — a local transformers model (``trainers.models.load_policy`` names: a
   directory, a hub id in the local cache, ``smollm2``, ``tiny-llama``), greedy at temperature
   0, in float32 or bfloat16, run on a worker thread so the event loop stays free; with
-  ``batch_size`` > 1 the requests of concurrent episodes are generated together.
+  ``batch_size`` > 1 the requests of concurrent episodes are generated together; with
+  ``action_format="tools"`` the tools are described in the system message and the reply's
+  ``<tool_call>`` is the action.
 
 Every agent answers :meth:`Agent.decide` with a :class:`Reply`: the raw text (what the trace
 records and the environment parses) and, for tool calls, the chosen action.
@@ -29,6 +34,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -249,12 +255,18 @@ class LocalAgent(Agent):
             bit across runs.
         batch_wait: Seconds a batch waits for more requests (the episodes just answered are
             stepping their environments); unused with ``batch_size`` 1.
+        action_format: ``"text"`` (``<action>`` blocks) or ``"tools"``: the tools' JSON schemas
+            go into the system message (:func:`with_tool_prompt`) and the reply's first
+            ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` (the Hermes/Qwen format; a
+            bare JSON object with a ``name`` too) is the action (:func:`parse_tool_call`); a
+            reply without one is an invalid action, its trace line saying so.
     """
 
     name = "hf"
 
     def __init__(self, name: str, *, temperature: float = 0.0, max_tokens: int = 64, seed: int = 0,
-                 dtype: str = "float32", batch_size: int = 1, batch_wait: float = 0.05) -> None:
+                 dtype: str = "float32", batch_size: int = 1, batch_wait: float = 0.05,
+                 action_format: str = "text") -> None:
         from trainers.generation import TransformersBackend
         from trainers.models import load_policy
 
@@ -270,6 +282,7 @@ class LocalAgent(Agent):
         self._drainer: asyncio.Task[None] | None = None
         self._arrived: asyncio.Event | None = None
         self.deterministic = temperature == 0.0 and batch_size == 1
+        self.uses_tools = action_format == "tools"
 
     def describe(self) -> dict[str, Any]:
         """The spec, sampling and what the replies depend on beyond the weights: the weights'
@@ -282,6 +295,8 @@ class LocalAgent(Agent):
                "torch_threads": torch.get_num_threads()}
         if self.batch_size > 1:
             out["batch_size"] = self.batch_size
+        if self.uses_tools:
+            out["action_format"] = "tools"
         return out
 
     def _generate(self, batch: Sequence[Sequence[Mapping[str, str]]]) -> list[tuple[str, dict[str, int]]]:
@@ -298,14 +313,17 @@ class LocalAgent(Agent):
 
     async def decide(self, ctx: TurnContext) -> Reply:
         future: asyncio.Future[tuple[str, dict[str, int]]] = asyncio.get_running_loop().create_future()
-        self._queue.append((ctx.messages, future))
+        tools = self.uses_tools and bool(ctx.tools)
+        self._queue.append((with_tool_prompt(ctx.messages, ctx.tools) if tools else ctx.messages, future))
         if self._drainer is None or self._drainer.done():
             self._arrived = asyncio.Event()  # on the running loop
             self._drainer = asyncio.create_task(self._drain())
         else:
             self._arrived.set()
         text, usage = await future
-        return Reply(text, usage=usage)
+        if not tools:
+            return Reply(text, usage=usage)
+        return _parsed_tool_reply(text, ctx, usage)
 
     async def _gather(self) -> None:
         """Wait until a batch is full or ``batch_wait`` seconds have passed."""
@@ -420,6 +438,62 @@ def _tool_reply(call: Any, ctx: TurnContext, usage: dict[str, Any]) -> Reply:
     return Reply(json.dumps({"tool_call": {"name": name, "arguments": arguments}}), action=action, usage=usage)
 
 
+#: How a local model is told about its tools (after the tool instruction of the system message).
+TOOL_PROMPT = ("Answer with one call, written as <tool_call>{{\"name\": <tool name>, \"arguments\": <arguments "
+               "object>}}</tool_call>. The tools:\n<tools>\n{tools}\n</tools>")
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def with_tool_prompt(messages: Sequence[Mapping[str, str]], tools: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """``messages`` with the tools' JSON schemas (:data:`TOOL_PROMPT`) added to the system
+    message (a new one first when there is none): how a local model is offered tools, in any
+    chat template."""
+    text = TOOL_PROMPT.format(tools="\n".join(json.dumps(t["function"]) for t in tools))
+    out = [dict(m) for m in messages]
+    if out and out[0].get("role") == "system":
+        out[0]["content"] = f"{out[0]['content']}\n{text}"
+    else:
+        out.insert(0, {"role": "system", "content": text})
+    return out
+
+
+def parse_tool_call(text: str) -> tuple[str, Any] | None:
+    """``(name, arguments)`` of a reply's first tool call: a ``<tool_call>`` block holding a
+    JSON object with a ``name``, or else the reply's first such JSON object (``None``: none).
+
+    >>> parse_tool_call('<tool_call>{"name": "go_to", "arguments": {"target": "desk 1"}}</tool_call>')
+    ('go_to', {'target': 'desk 1'})
+    >>> parse_tool_call('I will look. {"name": "look", "arguments": {}} done'), parse_tool_call("look")
+    (('look', {}), None)
+    """
+    blocks = [b.strip() for b in _TOOL_CALL.findall(text)]
+    starts = [(b, 0) for b in blocks] or [(text, m.start()) for m, _ in zip(re.finditer(r"\{", text), range(20))]
+    decoder = json.JSONDecoder()
+    for source, start in starts:
+        try:
+            obj, _end = decoder.raw_decode(source, start)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str) and obj["name"]:
+            return obj["name"], obj.get("arguments", obj.get("parameters", {}))
+    return None
+
+
+def _parsed_tool_reply(text: str, ctx: TurnContext, usage: dict[str, Any]) -> Reply:
+    """A local model's reply as a tool call (an invalid action when it holds none)."""
+    from agent_envs.agent.prompts import NO_ACTION
+    from agent_envs.agent.tools import call_to_action
+
+    call = parse_tool_call(text)
+    if call is None:
+        return Reply(text, action=NO_ACTION, usage=usage, problem="no tool call in the reply")
+    name, arguments = call
+    if not isinstance(arguments, (str, dict)):
+        arguments = json.dumps(arguments)
+    return Reply(text, action=call_to_action(name, arguments, ctx.info), usage=usage)
+
+
 def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_options: Mapping[str, Any],
                **options: Any) -> Agent:
     """The agent of a model spec (module doc); ``options``: the OpenAI / local model options.
@@ -437,6 +511,6 @@ def make_agent(spec: str, *, env_id: str, env_kwargs: Mapping[str, Any], reset_o
                 "tool_choice")
         return OpenAIAgent(name, **{k: v for k, v in options.items() if k in keys and v is not None})
     if kind == "hf" and name:
-        keys = ("temperature", "max_tokens", "dtype", "batch_size")
+        keys = ("temperature", "max_tokens", "dtype", "batch_size", "action_format")
         return LocalAgent(name, **{k: v for k, v in options.items() if k in keys and v is not None})
     raise ValueError(f"unknown model spec {spec!r}; use random, walkthrough, openai:MODEL or hf:NAME")
