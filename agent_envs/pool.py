@@ -35,6 +35,9 @@ Where environments live (``workers`` and ``backend``):
   Ray, e.g. inside verl or OpenRLHF, or a local one started with ``ray.init``), so a multi-node
   job spreads its environments over the cluster; ``ray_options`` go to ``actor.options``
   (default ``{"num_cpus": 1}``).
+* ``backend="remote", urls=[...]``: on OpenEnv servers (``rubricgym serve``; ``pip install
+  rubricgym[openenv]``), environment ``k`` a WebSocket session on server ``k % len(urls)``
+  (:mod:`agent_envs.remote_pool`; ``workers`` is the number of servers).
 
 A worker that raises reports the traceback for that item only (other items of the same
 message still run); a worker that dies, is stopped (SIGSTOP) or does not reply within
@@ -62,6 +65,7 @@ import os
 import pickle
 import queue
 import struct
+import sys
 import threading
 import time
 import traceback
@@ -82,8 +86,8 @@ logger = logging.getLogger(__name__)
 
 EnvFactory = Callable[[], Any]
 
-#: Where a pool with workers keeps its environments.
-BACKENDS = ("process", "ray")
+#: Where a pool with workers keeps its environments ("remote": OpenEnv servers, :mod:`agent_envs.remote_pool`).
+BACKENDS = ("process", "ray", "remote")
 
 #: Seconds between checks that a worker being waited for is still running (its reply ends the wait at once).
 _POLL_S = 0.5
@@ -286,6 +290,27 @@ class _Pending:
         return self.host.receive()
 
 
+def _main_module_hint() -> str:
+    """The likely cause of a spawned worker's exit when the main module is a script without an
+    ``if __name__ == "__main__":`` guard, or one read from stdin: a spawned worker imports the
+    main module again (as ``__mp_main__``), so an unguarded script starts the pool again inside
+    the worker, which fails, and a script from stdin cannot be read again ("" otherwise)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            guarded = "__main__" in f.read()
+    except OSError:
+        return (f". Likely cause: a spawned worker imports the main module again, and {path!r} (a script "
+                f"piped into python?) cannot be read again: save the script to a file and run that")
+    if guarded:
+        return ""
+    return (f". Likely cause: a spawned worker imports the main module again, so {path} runs again inside "
+            f"it and tries to start the pool there: put the script's code under "
+            f"`if __name__ == \"__main__\":`")
+
+
 class _ProcessHost:
     """One worker process and the socket to it, with no thread of this process in between.
 
@@ -305,6 +330,7 @@ class _ProcessHost:
                                                             pool.worker_idle), daemon=True)
         self.proc.start()
         child.close()
+        self.spawned = ctx.get_start_method() != "fork"  # the worker imports the main module again
         self.index, self.conn, self.timeout = index, parent, pool.timeout
         self._broken: RolloutWorkerError | None = None
         self._stuck = False
@@ -498,7 +524,8 @@ class _ProcessHost:
         code = self.proc.exitcode
         how = "is still running but its pipe is closed" if code is None else (
             f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
-        return f"rollout worker {w} (pid {pid}) died: it {how}; {lost}"
+        hint = _main_module_hint() if self.spawned and code is not None and code > 0 else ""
+        return f"rollout worker {w} (pid {pid}) died: it {how}; {lost}{hint}"
 
     def cpu_seconds(self) -> float:
         return _proc_cpu_seconds(self.proc.pid)
@@ -677,11 +704,12 @@ class EnvPool:
         workers: Worker processes or Ray actors (0 = environments in this process; at most ``n``).
         start_method: multiprocessing start method of worker processes (``spawn``: safe after
             torch or an engine has been imported).
-        backend: ``"process"`` or ``"ray"`` (used when ``workers > 0``).
+        backend: ``"process"`` or ``"ray"`` (used when ``workers > 0``), or ``"remote"`` (with ``urls``).
         ray_options: Options of each Ray actor (``actor.options(**ray_options)``).
+        urls: The OpenEnv servers of ``backend="remote"`` (``http://host:port`` each).
         timeout: Seconds a worker process may take to answer one message before the pool gives
             it up (``None``: no limit; a dead or stopped worker is detected either way).  Worker
-            processes only: a Ray actor's failures are Ray's to report.
+            processes and remote servers: a Ray actor's failures are Ray's to report.
         worker_nice: Niceness each worker process adds to its own (``os.nice``, 0-19; worker
             processes only).  Above 0 the environments yield the cores to this process's event
             loop when they compete for them (on a 2-core machine with 2 workers the loop's
@@ -701,7 +729,7 @@ class EnvPool:
     def __init__(self, env: str | EnvFactory, env_kwargs: Mapping[str, Any] | None = None, n: int | None = None, *,
                  workers: int = 0, start_method: str = "spawn", backend: str = "process",
                  ray_options: Mapping[str, Any] | None = None, timeout: float | None = None,
-                 worker_nice: int = 0, worker_idle: bool = False) -> None:
+                 worker_nice: int = 0, worker_idle: bool = False, urls: Sequence[str] | None = None) -> None:
         if not (isinstance(env, str) or callable(env)):
             raise TypeError(f"env must be a Gymnasium id or a factory, got {type(env).__name__}")
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
@@ -710,6 +738,12 @@ class EnvPool:
             raise ValueError(f"n must be a positive int or None, got {n!r}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if (backend == "remote") != (urls is not None):
+            raise ValueError("backend='remote' takes the servers' urls, and urls go only with backend='remote'")
+        if backend == "remote":
+            from agent_envs.remote_pool import check_urls
+
+            workers = len(check_urls(urls))
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         if isinstance(worker_nice, bool) or not isinstance(worker_nice, int) or not 0 <= worker_nice <= 19:
@@ -737,6 +771,10 @@ class EnvPool:
         if self.workers and backend == "process":
             ctx = mp.get_context(start_method)
             self.hosts = [_ProcessHost(w, ctx, self) for w in range(self.workers)]
+        elif self.workers and backend == "remote":
+            from agent_envs.remote_pool import make_remote_hosts
+
+            self.hosts = make_remote_hosts(self, list(urls)[: self.workers])
         elif self.workers:
             self.hosts = [_RayHost(w, self) for w in range(self.workers)]
 

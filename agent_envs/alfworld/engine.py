@@ -97,6 +97,7 @@ __all__ = [
     "make_raw_engine",
     "preserve_process_state",
     "read_game_file",
+    "require_engine",
     "transition_memo",
     "translate",
     "translation_cache_clear",
@@ -108,6 +109,27 @@ logger = logging.getLogger(__name__)
 
 #: Keys every ``game.tw-pddl`` file must have.
 GAME_KEYS = ("pddl_domain", "grammar", "pddl_problem")
+
+
+#: The packages of the engine (the ``alfworld`` extra) and the command that installs them.
+ENGINE_PACKAGES = ("alfworld", "textworld")
+INSTALL = 'pip install "rubricgym[alfworld]"'
+
+
+def require_engine() -> None:
+    """Raise a ``ModuleNotFoundError`` naming :data:`INSTALL` when a package of the engine is
+    missing (found without importing it, so making an environment stays cheap)."""
+    import importlib.util
+
+    for name in ENGINE_PACKAGES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise ModuleNotFoundError(
+                f"ALFWorld-Rubric-v0 plays the real ALFWorld engine, whose package {name!r} is not "
+                f"installed: {INSTALL}", name=name)
 
 
 class GameFileError(ValueError):

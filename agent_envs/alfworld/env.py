@@ -191,6 +191,9 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
             task_types = tuple(task_types)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        from agent_envs.alfworld.engine import require_engine
+
+        require_engine()  # a missing extra is named now, not deep inside the first reset
         self.split = split
         self.data_root = alf_data.data_root(data_root)
         self.max_steps = max_steps
