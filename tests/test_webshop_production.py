@@ -1,9 +1,13 @@
 """`rubricgym webshop serve` as it runs in production: gunicorn in a subprocess, real HTTP.
 
-* a live session survives another client opening 400 new ids on a server started with
-  ``--max-sessions 64`` (the new ids beyond the limit get 503, nobody is evicted);
+* page visits of new ids take at most ``--max-browser-sessions`` slots (the JSON API keeps the
+  rest); a live session survives a full store (new ids get 503, nobody is evicted);
+* clients that send a byte, drip a head or a body, or never close hold no thread: a normal
+  client is answered meanwhile, and they are closed at ``--request-timeout``;
+* the search index is built before gunicorn forks the worker, not on the first search;
 * SIGTERM drains a request in flight and exits 0 within 5 s, outside a container and as PID 1
-  of a new PID namespace (what Docker does; ``unshare --pid --fork --mount-proc``);
+  of a new PID namespace (what Docker does; ``unshare --pid --fork --mount-proc``), and is not
+  lost while the CLI is still importing;
 * the server's import path never imports the plotting stack (nor scipy, tyro, yaml: the image
   has none of them);
 * access log lines on stdout; one-line errors for an unreadable or unverifiable catalogue and
@@ -12,9 +16,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -121,10 +127,11 @@ def blocked_log(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def prod(mini_dir, blocked_log):
-    """The production server over the mini catalogue, --max-sessions 64, run with the packages
-    the image lacks made unimportable."""
-    argv = [sys.executable, "-c", BLOCKED_CLI, str(blocked_log), *serve_args(mini_dir, "--max-sessions", "64",
-                                                                            "--threads", "4")[3:]]
+    """The production server over the mini catalogue, --max-sessions 64, 4 threads, requests
+    due whole within 5 s, INFO logging (``-v``), run with the packages the image lacks made
+    unimportable."""
+    argv = [sys.executable, "-c", BLOCKED_CLI, str(blocked_log), "-v",
+            *serve_args(mini_dir, "--max-sessions", "64", "--threads", "4", "--request-timeout", "5")[3:]]
     srv = Server(argv)
     try:
         assert srv.url, srv.log()
@@ -147,23 +154,31 @@ def play_to_the_end(env: WebShopRubricEnv) -> tuple[float, dict]:
 
 
 # --------------------------------------------------------------------------- sessions
-def test_a_live_session_survives_400_new_ids_on_a_full_server(prod, mini_dir):
-    """The issue's outcome check.  Against the old LRU store the flood evicted the live session
-    and its next step got 404 "unknown session"."""
+def test_page_visits_leave_the_api_room_and_a_live_session_survives_a_full_server(prod, mini_dir):
+    """400 page visits of new ids (``GET /<id>`` opens a session) take at most a quarter of
+    ``--max-sessions 64``: a training environment's reset still gets a slot (it got
+    ``ServerFullError`` before).  Then API resets fill the store: a new id gets 503 and
+    ``ServerFullError``, and the live session keeps playing (nobody is evicted)."""
     env = WebShopRubricEnv(catalogue=mini_dir, verify=False, tagger="lexicon", server_url=prod.url)
     env.reset(options={"task": 0})
     env.step("search[running shoes]")
     with _http() as http:
         before = http.get(f"{prod.url}/healthz").json()
-        assert before["max_sessions"] == 64
+        assert (before["max_sessions"], before["max_browser_sessions"]) == (64, 16)
         codes: Counter = Counter()
         for i in range(400):
             r = http.get(f"{prod.url}/flood-{i}")
             codes[r.status_code] += 1
             if r.status_code == 503:
-                assert int(r.headers["Retry-After"]) >= 1 and "--max-sessions" in r.text
-        free = 64 - before["sessions"]
+                assert int(r.headers["Retry-After"]) >= 1 and "--max-browser-sessions" in r.text
+        free = 16 - before["browser_sessions"]
         assert codes == {200: free, 503: 400 - free}, codes
+        late = WebShopRubricEnv(catalogue=mini_dir, verify=False, tagger="lexicon", server_url=prod.url)
+        assert late.reset(options={"task": 0})[0]  # the API's slots were kept
+        late.close()
+        api_free = 64 - http.get(f"{prod.url}/healthz").json()["sessions"]
+        for i in range(api_free):
+            assert http.post(f"{prod.url}/api/fill-{i}/reset", json={"task": 0}).status_code == 200
         with pytest.raises(ServerFullError, match=r"is full.*--max-sessions.*--session-ttl"):
             HttpBackend(prod.url, tagger_name="lexicon-v1").start(env.unwrapped.goal)
         r, info = play_to_the_end(env)  # the live session is still there
@@ -171,6 +186,8 @@ def test_a_live_session_survives_400_new_ids_on_a_full_server(prod, mini_dir):
         env.close()
         for i in range(400):
             http.delete(f"{prod.url}/api/flood-{i}")
+        for i in range(api_free):
+            http.delete(f"{prod.url}/api/fill-{i}")
         assert http.get(f"{prod.url}/healthz").json()["sessions"] == before["sessions"] - 1  # env.close()
 
 
@@ -211,6 +228,156 @@ def test_an_oversize_body_leaves_the_kept_alive_connection_usable(prod):
             ok = http.post(f"{prod.url}/api/big/step", json={"action": "search[shoes]"})
             assert ok.status_code == 200
         http.delete(f"{prod.url}/api/big")
+
+
+# --------------------------------------------------------------------------- slow clients
+#: How each kind of slow client starts; it then sends nothing more, or one byte at a time.
+SLOW_STARTS = {
+    "one byte": b"G",
+    "head dripped": b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+    "body dripped": b"POST /api/slow/reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: 100\r\n\r\n{\"ta",
+    "chunks dripped": b"POST /api/slow/reset HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nff\r\n{\"ta",
+    "never closes": b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+}
+
+
+class SlowClients(threading.Thread):
+    """Keeps at least ``keep`` slow connections open (of every kind in turn), dripping a byte
+    into each every 0.2 s, until stopped; every socket it opened is in ``socks``."""
+
+    def __init__(self, url: str, keep: int = 10) -> None:
+        super().__init__(daemon=True)
+        host, port = url.removeprefix("http://").split(":")
+        self.addr, self.keep = (host, int(port)), keep
+        self.socks: list[tuple[str, socket.socket]] = []
+        self.stop = threading.Event()
+        for i in range(keep):
+            self._open(i)
+
+    def _open(self, i: int) -> None:
+        kind = list(SLOW_STARTS)[i % len(SLOW_STARTS)]
+        sock = socket.create_connection(self.addr, timeout=30)
+        sock.sendall(SLOW_STARTS[kind])
+        self.socks.append((kind, sock))
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            alive = [(k, s) for k, s in self.socks if k != "never closes" and _drip(s)]
+            for i in range(self.keep - len(alive)):
+                self._open(len(self.socks) + i)
+
+
+def _drip(sock: socket.socket) -> bool:
+    """Send one more byte of a head or body; False (and nothing sent) once the server answered
+    or closed (a byte sent after its close would reset the connection and lose the answer)."""
+    if select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        sock.sendall(b"a")
+        return True
+    except OSError:
+        return False
+
+
+def _read_to_the_end(sock: socket.socket) -> bytes:
+    data = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):  # socket.timeout (30 s) fails the test
+            data += chunk
+    return data
+
+
+def test_slow_clients_hold_no_thread_and_are_closed(prod, mini_dir):
+    """Ten and more connections that sent one byte, drip a head, a body or chunks, or never
+    close after their answer, on a server with 4 threads: a normal client is still answered
+    (each request within the client's 10 s timeout, a liveness bound), an episode plays, and
+    every slow connection is closed (408 for an unfinished request).  gunicorn's own gthread
+    worker gave 4 such connections all its threads, for as long as they stayed."""
+    slow = SlowClients(prod.url)
+    slow.start()
+    try:
+        with _http() as http:
+            for _ in range(5):
+                assert http.get(f"{prod.url}/healthz", timeout=10).status_code == 200
+        env = WebShopRubricEnv(catalogue=mini_dir, verify=False, tagger="lexicon", server_url=prod.url)
+        env.reset(options={"task": 0})
+        assert play_to_the_end(env)[0] == 10.0
+        env.close()
+    finally:
+        slow.stop.set()
+        slow.join(timeout=30)
+    assert len(slow.socks) >= 10
+    for kind, sock in slow.socks:
+        with sock:
+            answer = _read_to_the_end(sock)  # the server closes every one of them
+        expected = b"HTTP/1.1 200 " if kind == "never closes" else b"HTTP/1.1 408 Request Timeout"
+        assert answer.startswith(expected), (kind, answer[:80])
+    deadline = time.monotonic() + 10  # the worker logs each refusal after sending it
+    while not any("408: the request did not arrive whole within 5 s" in ln for ln in prod.err):
+        assert time.monotonic() < deadline, prod.log()
+        time.sleep(0.05)
+
+
+def _next_response(fp) -> tuple[str, dict[str, str], bytes]:
+    """Status line, headers and body of the next response on a buffered reader (so that two
+    responses arriving in one segment are both read)."""
+    status = fp.readline().decode("latin-1").strip()
+    headers = {}
+    while (line := fp.readline()) not in (b"\r\n", b""):
+        key, value = line.decode("latin-1").split(":", 1)
+        headers[key.lower()] = value.strip()
+    assert status, "connection closed before a response"
+    return status, headers, fp.read(int(headers.get("content-length", 0)))
+
+
+def _exchange(url: str, data: bytes, *, responses: int, then: bytes = b"") -> list[tuple[str, dict, bytes]]:
+    """Send ``data`` (and ``then`` after the first response) on one connection; read responses."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock, sock.makefile("rb") as fp:
+        sock.sendall(data)
+        got = [_next_response(fp)]
+        if then:
+            sock.sendall(then)
+        got += [_next_response(fp) for _ in range(responses - 1)]
+    return got
+
+
+def test_pipelined_continued_and_oversize_requests_on_one_connection(prod):
+    """Requests are read whole before a thread takes them, and still: two pipelined requests
+    get two answers (also when the second arrives in two parts), ``Expect: 100-continue`` gets
+    its 100 before the body is sent, and an oversize declared body gets 413 without being sent."""
+    get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    two = _exchange(prod.url, get + get, responses=2)
+    assert [r[0] for r in two] == ["HTTP/1.1 200 OK"] * 2 and json.loads(two[1][2])["status"] == "ok"
+    split = _exchange(prod.url, get + get[:10], responses=2, then=get[10:])
+    assert [r[0] for r in split] == ["HTTP/1.1 200 OK"] * 2
+    body = json.dumps({"task": 0}).encode()
+    head = (b"POST /api/continued/reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+    host, port = prod.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
+        sock.sendall(head)
+        assert sock.recv(25) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        status, _h, answer = _read_response(sock)
+        assert status == "HTTP/1.1 200 OK" and json.loads(answer)["snapshot"]["page"] == "start"
+    big = head.replace(str(len(body)).encode(), b"70000")
+    (status, headers, answer), = _exchange(prod.url, big, responses=1)
+    assert status == "HTTP/1.1 413 Request Entity Too Large" and headers["connection"] == "close"
+    assert json.loads(answer)["message"] == "request bodies larger than 65536 bytes are refused"
+    requests.delete(f"{prod.url}/api/continued", timeout=10)
+
+
+def test_the_search_index_is_built_before_the_worker_is_forked(prod):
+    """Logged once, before the server listens (the worker inherits it), never on a search."""
+    with _http() as http:
+        assert http.get(f"{prod.url}/fixed_0").status_code == 200
+        assert http.get(f"{prod.url}/search_results/fixed_0/socks%20first/1").status_code == 200
+    built = [i for i, ln in enumerate(prod.err) if "BM25 search index over 5 documents built" in ln]
+    serving = next(i for i, ln in enumerate(prod.err) if "serving on" in ln)
+    assert len(built) == 1 and built[0] < serving, prod.log()
+    assert not any("DEBUG" in ln and "bm25s" in ln for ln in prod.err)  # bm25s's own debug line
 
 
 # --------------------------------------------------------------------------- SIGTERM
@@ -298,6 +465,54 @@ def test_sigterm_to_pid_1_of_a_new_pid_namespace_exits_0(mini_dir):
         assert rc == 0 and elapsed < 5.0, f"status {rc} after {elapsed:.1f} s\n{srv.log()}"
     finally:
         srv.stop()
+
+
+#: The CLI as a container runs it, held inside its first heavy import (typer) until a signal
+#: comes: a marker file says it got there.
+HELD_CLI = """
+import importlib.abc, sys, time
+marker = sys.argv[1]
+class Hold(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            open(marker, "w").close()
+            time.sleep(120)
+        return None
+sys.meta_path.insert(0, Hold())
+sys.argv = ["rubricgym", *sys.argv[2:]]
+import runpy
+runpy.run_module("trainers.cli", run_name="__main__")
+"""
+
+
+def test_sigterm_to_pid_1_during_the_first_imports_is_not_lost(mini_dir, tmp_path):
+    """PID 1 of a new PID namespace, SIGTERM while the CLI is still importing (before typer):
+    it exits 0 at once.  Before, the handler came after the imports (0.5-1.5 s in): the signal
+    was dropped and the server went on to serve."""
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare or "unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True,
+                           text=True, check=False) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip(f"needs `unshare --pid --fork --mount-proc` (root, or user namespaces): "
+                    f"{probe.stderr.strip() if probe else 'unshare not installed (util-linux)'}")
+    marker = tmp_path / "importing-typer"
+    proc = subprocess.Popen([unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", HELD_CLI, str(marker),
+                             *serve_args(mini_dir)[3:]], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), proc.communicate(timeout=30)
+        (pid1,) = _children(proc.pid)
+        os.kill(pid1, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)  # 120 s if the signal were lost
+        assert proc.returncode == 0 and "serving on" not in err, (proc.returncode, out, err)
+    finally:
+        if proc.poll() is None:  # PID 1 first: the namespace ends with it (unshare alone would not)
+            for pid in _children(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            proc.wait(timeout=30)
 
 
 # --------------------------------------------------------------------------- errors, verification

@@ -9,6 +9,21 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import signal
+import sys
+
+
+def _stop_on_sigterm(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
+
+
+# `rubricgym webshop serve` run as a program (a container's command) stops on SIGTERM from here on,
+# before the imports below (a second or more): as PID 1 a signal with no handler is dropped.  The
+# command installs its own handler next, gunicorn its own after that.  Other commands keep Python's.
+if (__name__ == "__main__" or os.path.basename(sys.argv[0]) == "rubricgym") and \
+        [a for a in sys.argv[1:] if not a.startswith("-")][:2] == ["webshop", "serve"]:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
 
 import typer
 

@@ -14,7 +14,10 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
+import time
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -29,6 +32,22 @@ LUCENE_STOP_WORDS: frozenset[str] = frozenset(
 )
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 _TOKEN_RE = re.compile(TOKEN_PATTERN)
+logger = logging.getLogger(__name__)
+
+
+def _bm25s():
+    """``bm25s``, imported without its import-time change to the caller's logging: bm25s sets its
+    logger to DEBUG, so every index printed a DEBUG line wherever the root logger has a handler.
+    The level the caller's process had before the import is put back (NOTSET unless the
+    caller set one); a process that imported bm25s itself keeps whatever it has."""
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    log = logging.getLogger("bm25s")
+    before = log.level
+    import bm25s
+
+    log.setLevel(before)
+    return bm25s
 
 
 @lru_cache(maxsize=1)
@@ -55,8 +74,8 @@ class SearchIndex:
     """
 
     def __init__(self, documents: Sequence[str], k1: float = 0.9, b: float = 0.4) -> None:
-        import bm25s
-
+        bm25s = _bm25s()
+        start = time.perf_counter()
         self.size = len(documents)
         # csc_backend "numpy": the same index whether or not scipy is installed (bm25s would
         # otherwise pick scipy when present; the scores are identical, the server image has no scipy)
@@ -64,6 +83,7 @@ class SearchIndex:
         corpus = [tokenize(d) or [""] for d in documents]
         if self.size:
             self._retriever.index(corpus, show_progress=False)
+        logger.info("BM25 search index over %d documents built in %.2f s", self.size, time.perf_counter() - start)
 
     def search(self, query: str, top_k: int = 50) -> list[int]:
         """Positions of the top ``top_k`` documents with a positive score, best first."""

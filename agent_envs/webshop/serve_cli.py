@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from flask import Flask
     from rich.console import Console
 
+    from agent_envs.webshop.wsgi import ProductionOptions
+
 __all__ = ["register", "serve_webshop", "webshop_app"]
 
 webshop_app = typer.Typer(help="The WebShop server (HTML pages for browsers, JSON API for environments).",
@@ -51,8 +53,9 @@ def _fail(console: Console, message: str, code: int = 1) -> typer.Exit:
 
 def _build_app(console: Console, data: Path | None, num_products: int, seed: int, price_seed: int,
                verify: bool, limit: int | None, tagger: str, goal_kind: str, max_sessions: int,
-               session_ttl: float) -> Flask:
-    """The shop's Flask app; every catalogue problem ends in one line on stderr and exit 1."""
+               session_ttl: float, max_browser_sessions: int | None) -> Flask:
+    """The shop's Flask app, its search index built (before gunicorn forks the worker); every
+    catalogue problem ends in one line on stderr and exit 1."""
     from agent_envs.webshop.catalogue import CatalogueError, get_catalogue
     from agent_envs.webshop.env import resolve_catalogue_spec
     from agent_envs.webshop.server import create_app
@@ -61,8 +64,10 @@ def _build_app(console: Console, data: Path | None, num_products: int, seed: int
     try:
         spec = resolve_catalogue_spec(source, num_products, seed, price_seed, verify, limit)
         catalogue = get_catalogue(spec)
-        return create_app(catalogue, tagger=tagger, goal_kind=goal_kind, max_sessions=max_sessions,
-                          session_ttl=session_ttl)
+        app = create_app(catalogue, tagger=tagger, goal_kind=goal_kind, max_sessions=max_sessions,
+                         session_ttl=session_ttl, max_browser_sessions=max_browser_sessions)
+        app.extensions["webshop"].warm_up()
+        return app
     except (CatalogueError, ValueError, ImportError, OSError) as exc:
         raise _fail(console, str(exc) if isinstance(exc, CatalogueError) else f"{type(exc).__name__}: {exc}") \
             from None
@@ -87,12 +92,19 @@ def serve_webshop(
                                           "(a live session is never evicted)."),
     session_ttl: float = typer.Option(1800.0, "--session-ttl", min=1.0,
                                       help="Seconds after which an idle session expires and frees its slot."),
+    max_browser_sessions: int | None = typer.Option(
+        None, "--max-browser-sessions", min=1,
+        help="Live sessions opened by visiting a page (GET /<id>) held at most (default: a quarter of "
+             "--max-sessions); the other slots are kept for the JSON API's environments."),
     threads: int = typer.Option(8, "--threads", min=1, max=256,
                                 help="Request threads of the one worker process (sessions live in its memory)."),
     graceful_timeout: int = typer.Option(3, "--graceful-timeout", min=0, max=600,
                                          help="Seconds SIGTERM waits for requests in flight."),
     keepalive: int = typer.Option(5, "--keepalive", min=0, max=600,
                                   help="Seconds an idle keep-alive connection stays open (0: none)."),
+    request_timeout: int = typer.Option(10, "--request-timeout", min=1, max=600,
+                                        help="Seconds a request may take to arrive whole (else 408 and the "
+                                             "connection is closed), and an answer to be written."),
     access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="One line per request on stdout."),
 ) -> None:
     """Serve the WebShop shop (HTML + JSON API) until SIGTERM or Ctrl-C (gunicorn, exit 0)."""
@@ -101,13 +113,17 @@ def serve_webshop(
     console = Console(stderr=True)
     if goal_kind not in ("human", "synthetic"):
         raise _fail(console, f"--goal-kind must be 'human' or 'synthetic', got {goal_kind!r}", 2)
+    if max_browser_sessions is not None and max_browser_sessions > max_sessions:
+        raise _fail(console, f"--max-browser-sessions ({max_browser_sessions}) must be at most "
+                             f"--max-sessions ({max_sessions})", 2)
     # SIGTERM while loading (spaCy, the catalogue) exits 0 too; gunicorn installs its own handler.
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         app = _build_app(console, data, num_products, seed, price_seed, verify, limit, tagger, goal_kind,
-                         max_sessions, session_ttl)
+                         max_sessions, session_ttl, max_browser_sessions)
         _announce(console, app, goal_kind)
-        _run(console, app, host, port, threads, graceful_timeout, keepalive, access_log)
+        options = _options(threads, graceful_timeout, keepalive, request_timeout, access_log)
+        _run(console, app, host, port, options)
     except _Stopped:
         console.print("stopped (SIGTERM before serving)")
         raise typer.Exit(0) from None
@@ -120,19 +136,25 @@ def _announce(console: Console, app: Flask, goal_kind: str) -> None:
     cat = shop.catalogue
     console.print(f"[green]WebShop[/green] {cat.description}: {len(cat.products)} products, "
                   f"{len(cat.goal_list(goal_kind))} {goal_kind} goals, tagger {shop.tagger.name}; "
-                  f"at most {shop.sessions.max_sessions} live sessions, idle expiry {shop.sessions.ttl:g} s",
+                  f"at most {shop.sessions.max_sessions} live sessions ({shop.sessions.max_browser_sessions} "
+                  f"of them opened from pages), idle expiry {shop.sessions.ttl:g} s",
                   soft_wrap=True)
 
 
-def _run(console: Console, app: Flask, host: str, port: int, threads: int, graceful_timeout: int,
-         keepalive: int, access_log: bool) -> None:
-    from agent_envs.webshop.wsgi import ProductionOptions, serve_production
+def _options(threads: int, graceful_timeout: int, keepalive: int, request_timeout: int,
+             access_log: bool) -> ProductionOptions:
+    from agent_envs.webshop.wsgi import ProductionOptions
+
+    return ProductionOptions(threads=threads, graceful_timeout=graceful_timeout, keepalive=keepalive,
+                             request_timeout=request_timeout, access_log=access_log)
+
+
+def _run(console: Console, app: Flask, host: str, port: int, options: ProductionOptions) -> None:
+    from agent_envs.webshop.wsgi import serve_production
 
     def ready(url: str) -> None:
         console.print(f"serving on {url}  (health: {url}/healthz, shop: {url}/fixed_0)", soft_wrap=True)
 
-    options = ProductionOptions(threads=threads, graceful_timeout=graceful_timeout, keepalive=keepalive,
-                                access_log=access_log)
     try:
         status = serve_production(app, host=host, port=port, options=options, on_ready=ready)
     except OSError as exc:

@@ -38,7 +38,10 @@ every malformed or oversize request gets a 4xx answer with a message (never a 5x
 send a restrictive Content-Security-Policy.  Sessions live in a thread-safe store
 (:class:`SessionStore`), each with its own lock, so concurrent clients never see each other's
 state; a session idle for ``session_ttl`` seconds expires, and a live one is never evicted to
-admit a new id (a new id beyond ``max_sessions`` live sessions gets 503 with ``Retry-After``).
+admit a new id (a new id beyond ``max_sessions`` live sessions gets 503 with ``Retry-After``);
+sessions opened by visiting a page hold at most ``max_browser_sessions`` slots, so the JSON
+API's environments always find the rest.  The server has no authentication: whoever reaches
+its port can open, play and close any session; serve it on loopback or a private network only.
 
 Serving: :func:`agent_envs.webshop.wsgi.serve_production` (gunicorn; what
 ``rubricgym webshop serve`` runs), :func:`serve` (werkzeug's development server) and
@@ -186,6 +189,7 @@ class _Entry:
     session: ShopSession
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_used: float = 0.0
+    browser: bool = False  # opened by a page visit (GET /<id>), not by the JSON API
 
 
 class SessionStoreFull(RuntimeError):
@@ -206,12 +210,19 @@ class SessionStore:
     A session untouched for ``ttl`` seconds is dropped; a live one is never evicted to admit a
     new id: when ``max_sessions`` live sessions exist, :meth:`put` of a new id raises
     :class:`SessionStoreFull` (the server answers 503 with ``Retry-After``).  Replacing the
-    session of an existing id (a reset) is always allowed.
+    session of an existing id (a reset) is always allowed, and keeps the id's kind.
+
+    Sessions opened by visiting a page (``browser=True``: any ``GET /<id>`` of a new id) are
+    held at most ``max_browser_sessions`` at once, so that a client crawling page URLs cannot
+    fill the store: the JSON API's environments always keep ``max_sessions -
+    max_browser_sessions`` slots of their own.
 
     Args:
         max_sessions: Live sessions held at most.
         ttl: Idle seconds after which a session expires.
         clock: Monotonic seconds (tests inject a fake one).
+        max_browser_sessions: Live sessions opened from pages held at most (default: a quarter
+            of ``max_sessions``, at least 1).
 
     Example:
         >>> from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
@@ -232,15 +243,21 @@ class SessionStore:
     """
 
     def __init__(self, max_sessions: int = 4096, ttl: float = DEFAULT_SESSION_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_browser_sessions: int | None = None) -> None:
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
             raise ValueError(f"max_sessions must be a positive integer, got {max_sessions!r}")
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < float("inf"):
             raise ValueError(f"session ttl must be a positive number of seconds, got {ttl!r}")
+        browser = max(1, max_sessions // 4) if max_browser_sessions is None else max_browser_sessions
+        if isinstance(browser, bool) or not isinstance(browser, int) or not 1 <= browser <= max_sessions:
+            raise ValueError(f"max_browser_sessions must be an integer from 1 to max_sessions "
+                             f"({max_sessions}), got {browser!r}")
         self.max_sessions = max_sessions
+        self.max_browser_sessions = browser
         self.ttl = float(ttl)
         self.clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
+        self._browser: OrderedDict[str, None] = OrderedDict()  # the ids opened from pages, LRU first
         self._lock = threading.Lock()
 
     def _expire(self, now: float) -> None:
@@ -250,11 +267,14 @@ class SessionStore:
             if now - entry.last_used < self.ttl:
                 return
             del self._entries[sid]
+            self._browser.pop(sid, None)
             logger.info("WebShop session %s expired (idle for %.0f s)", sid, now - entry.last_used)
 
     def _touch(self, sid: str, entry: _Entry, now: float) -> None:
         entry.last_used = now
         self._entries.move_to_end(sid)
+        if entry.browser:
+            self._browser.move_to_end(sid)
 
     def get(self, sid: str) -> _Entry | None:
         """The live entry of ``sid`` (marks it used now), or None (unknown or expired)."""
@@ -266,25 +286,41 @@ class SessionStore:
                 self._touch(sid, entry, now)
             return entry
 
-    def put(self, sid: str, session: ShopSession) -> _Entry:
-        """Store a (new) session for ``sid``, replacing any old one of that id.
+    def put(self, sid: str, session: ShopSession, *, browser: bool = False) -> _Entry:
+        """Store a (new) session for ``sid``, replacing any old one of that id (which keeps its
+        kind); ``browser``: a new id opened by a page visit.
 
         Raises:
-            SessionStoreFull: ``sid`` is new and ``max_sessions`` live sessions exist.
+            SessionStoreFull: ``sid`` is new and ``max_sessions`` live sessions exist, or it is
+                opened from a page and ``max_browser_sessions`` such sessions exist.
         """
-        entry = _Entry(session)
         with self._lock:
             now = self.clock()
             self._expire(now)
-            if sid not in self._entries and len(self._entries) >= self.max_sessions:
-                raise self._full(now)
+            old = self._entries.get(sid)
+            if old is None:
+                self._check_room(browser, now)
+            entry = _Entry(session, browser=browser if old is None else old.browser)
             self._entries[sid] = entry
+            if entry.browser:
+                self._browser[sid] = None
             self._touch(sid, entry, now)
         return entry
 
-    def _full(self, now: float) -> SessionStoreFull:
-        oldest = next(iter(self._entries.values())).last_used
+    def _check_room(self, browser: bool, now: float) -> None:
+        """Raise SessionStoreFull when a new id of this kind has no slot; lock held."""
+        if len(self._entries) >= self.max_sessions:
+            raise self._full(now, next(iter(self._entries.values())).last_used)
+        if browser and len(self._browser) >= self.max_browser_sessions:
+            raise self._full(now, self._entries[next(iter(self._browser))].last_used, browser=True)
+
+    def _full(self, now: float, oldest: float, browser: bool = False) -> SessionStoreFull:
         retry = max(1, math.ceil(oldest + self.ttl - now))
+        if browser:
+            return SessionStoreFull(
+                f"the WebShop server holds {self.max_browser_sessions} live sessions opened from pages "
+                f"(its --max-browser-sessions; the rest are kept for the JSON API's environments), none "
+                f"idle for {self.ttl:g} s (its --session-ttl); retry in {retry} s", retry)
         return SessionStoreFull(
             f"the WebShop server holds {self.max_sessions} live sessions (its --max-sessions), none idle "
             f"for {self.ttl:g} s (its --session-ttl); retry in {retry} s, close finished sessions "
@@ -294,6 +330,7 @@ class SessionStore:
     def delete(self, sid: str) -> bool:
         """Forget ``sid``; True when it existed."""
         with self._lock:
+            self._browser.pop(sid, None)
             return self._entries.pop(sid, None) is not None
 
     def __len__(self) -> int:
@@ -301,6 +338,12 @@ class SessionStore:
         with self._lock:
             self._expire(self.clock())
             return len(self._entries)
+
+    def browser_sessions(self) -> int:
+        """Live sessions opened from pages."""
+        with self._lock:
+            self._expire(self.clock())
+            return len(self._browser)
 
 
 class ShopServer:
@@ -313,16 +356,23 @@ class ShopServer:
         max_sessions: Live sessions held at most (a new id beyond them gets 503).
         session_ttl: Idle seconds after which a session expires.
         clock: Monotonic seconds of the session store (tests inject a fake one).
+        max_browser_sessions: Live sessions opened from pages held at most (default a quarter
+            of ``max_sessions``): the rest are kept for the JSON API.
     """
 
     def __init__(self, catalogue: Catalogue, tagger: NounTagger, goal_kind: str = "human",
                  max_sessions: int = 4096, session_ttl: float = DEFAULT_SESSION_TTL_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_browser_sessions: int | None = None) -> None:
         catalogue.goal_list(goal_kind)  # validates the kind
         self.catalogue = catalogue
         self.tagger = tagger
         self.goal_kind = goal_kind
-        self.sessions = SessionStore(max_sessions, session_ttl, clock)
+        self.sessions = SessionStore(max_sessions, session_ttl, clock, max_browser_sessions)
+
+    def warm_up(self) -> None:
+        """Build what the first requests would otherwise build: the catalogue's search index.
+        A server that forks its workers calls it before the fork, so they share the index."""
+        self.catalogue.search("")
 
     def tagger_named(self, name: str | None) -> NounTagger:
         """The tagger a client asks for by name (its scores must match the client's)."""
@@ -361,13 +411,15 @@ class ShopServer:
             return self.goal(kind, int(m.group(1)))
         return goals[random.Random(zlib.crc32(sid.encode())).randrange(len(goals))]
 
-    def new_session(self, sid: str, goal: Goal, tagger: NounTagger | None = None) -> _Entry:
-        """Start a fresh episode for ``sid`` on ``goal``.
+    def new_session(self, sid: str, goal: Goal, tagger: NounTagger | None = None, *,
+                    browser: bool = False) -> _Entry:
+        """Start a fresh episode for ``sid`` on ``goal`` (``browser``: opened by a page visit).
 
         Raises:
-            SessionStoreFull: ``sid`` is new and the store is full of live sessions.
+            SessionStoreFull: ``sid`` is new and the store has no slot for it.
         """
-        return self.sessions.put(sid, ShopSession(self.catalogue, goal, tagger or self.tagger, session_id=sid))
+        session = ShopSession(self.catalogue, goal, tagger or self.tagger, session_id=sid)
+        return self.sessions.put(sid, session, browser=browser)
 
 
 # --------------------------------------------------------------------------- page model
@@ -659,7 +711,9 @@ class _ShopViews:
         return jsonify(status="ok", catalogue=cat.description, products=len(cat.products),
                        goals={k: len(cat.goal_list(k)) for k in ("human", "synthetic")},
                        tagger=shop.tagger.name, sessions=len(shop.sessions),
-                       max_sessions=shop.sessions.max_sessions, session_ttl=shop.sessions.ttl)
+                       browser_sessions=shop.sessions.browser_sessions(),
+                       max_sessions=shop.sessions.max_sessions,
+                       max_browser_sessions=shop.sessions.max_browser_sessions, session_ttl=shop.sessions.ttl)
 
     def index(self, session_id: str) -> Response:
         """The start page (GET: opens the session, or starts a finished one over) or a search (POST)."""
@@ -668,7 +722,7 @@ class _ShopViews:
         if request.method == "POST":
             return self._search(sid, entry)
         if entry is None:
-            entry = self.shop.new_session(sid, self.shop.goal_for_new_session(sid))
+            entry = self.shop.new_session(sid, self.shop.goal_for_new_session(sid), browser=True)
         with entry.lock:
             if entry.session.state.done:  # a finished episode starts over on the same goal
                 entry = self.shop.new_session(sid, entry.session.goal, entry.session.tagger)
@@ -819,7 +873,7 @@ def webshop_blueprint(shop: ShopServer, *, name: str = "webshop", app_wide: bool
 def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: str | NounTagger = "auto",
                goal_kind: str = "human", max_sessions: int = 4096,
                session_ttl: float = DEFAULT_SESSION_TTL_S,
-               clock: Callable[[], float] = time.monotonic) -> Flask:
+               clock: Callable[[], float] = time.monotonic, max_browser_sessions: int | None = None) -> Flask:
     """Build the Flask application: :func:`webshop_blueprint` at the root, app-wide.
 
     Args:
@@ -831,6 +885,8 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
             with ``Retry-After`` (a live session is never evicted).
         session_ttl: Idle seconds after which a session expires (its slot frees).
         clock: Monotonic seconds of the session store (tests inject a fake one).
+        max_browser_sessions: Live sessions opened by page visits (``GET /<id>`` of a new id)
+            held at most; default a quarter of ``max_sessions``, the rest kept for the JSON API.
 
     Returns:
         The app; its :class:`ShopServer` is ``app.extensions["webshop"]``.
@@ -838,7 +894,7 @@ def create_app(catalogue: Catalogue | CatalogueSpec | None = None, *, tagger: st
     cat = catalogue if isinstance(catalogue, Catalogue) else get_catalogue(catalogue or CatalogueSpec())
     tag = get_tagger(tagger) if isinstance(tagger, str) else tagger
     shop = ShopServer(cat, tag, goal_kind=goal_kind, max_sessions=max_sessions, session_ttl=session_ttl,
-                      clock=clock)
+                      clock=clock, max_browser_sessions=max_browser_sessions)
 
     app = Flask(__name__, static_folder=None)  # the blueprint serves /static/
     app.config.update(MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH, MAX_FORM_MEMORY_SIZE=MAX_CONTENT_LENGTH,

@@ -2,7 +2,8 @@
 
 ``rubricgym webshop serve`` (and the Docker image's command) runs :func:`serve_production`:
 the Flask app of :func:`~agent_envs.webshop.server.create_app` under gunicorn's arbiter with
-one ``gthread`` worker.
+one threaded worker, :class:`~agent_envs.webshop.http_worker.BufferedThreadWorker` (gunicorn's
+``gthread`` worker reading each request whole in its event loop before a thread takes it).
 
 * **One process, N threads.**  Sessions live in the worker's memory
   (:class:`~agent_envs.webshop.server.SessionStore`): a second worker process would hold
@@ -10,23 +11,34 @@ one ``gthread`` worker.
   reset.  Concurrency comes from the worker's threads (``threads``), each request holding only
   its session's lock; idle keep-alive connections wait in the worker's poller, not on a thread.
 * **Loaded once.**  The app (catalogue, search index, noun tagger) is built before gunicorn
-  starts and the worker is forked from it; the process is never recycled (sessions would go).
+  starts (the CLI builds the search index with :meth:`ShopServer.warm_up`) and the worker is
+  forked from it; the process is never recycled (sessions would go).
 * **Signals.**  SIGTERM (``docker stop``, systemd, Kubernetes): stop accepting, finish the
   requests in flight (at most ``graceful_timeout`` seconds; kept-alive connections linger at
   most 2 s for a request already on its way), exit 0.  The arbiter handles SIGTERM itself, so
   it works as PID 1 of a container.  SIGINT (Ctrl-C): quick stop, exit 0.
 * **Logs.**  One access line per request on stdout (``access_log``), gunicorn's own lines on
   stderr.
-* **Connection timeouts.**  An idle keep-alive connection is closed after ``keepalive``
-  seconds, a connection whose request does not arrive likewise; a worker whose main loop stalls
-  for ``worker_timeout`` seconds is killed and replaced (its sessions are lost).
+* **Slow and greedy clients.**  A request (head and body) must arrive whole within
+  ``request_timeout`` seconds, else 408 and the connection is closed; until it is whole it is
+  read by the worker's event loop, not by a thread, so clients that drip bytes hold no thread
+  (:mod:`~agent_envs.webshop.http_worker`).  A thread writes an answer with the same timeout.
+  An idle keep-alive connection is closed after ``keepalive`` seconds; at most 1000 connections
+  are open at once (gunicorn's ``worker_connections``).  A worker whose main loop stalls for
+  ``worker_timeout`` seconds is killed and replaced (its sessions are lost).
 * **Limits.**  Request lines up to 8190 bytes (gunicorn's maximum; longer ones get 414),
-  100 header fields (431 beyond); the app's own limits (body size, URL length) apply after.
+  100 header fields (431 beyond), heads up to 64 KiB (431), bodies up to the app's 64 KiB
+  (413, answered by the worker); the app's own limits (URL length, ...) apply after.
 
 Why gunicorn: it is the standard pre-fork WSGI server on Linux, with graceful drain on SIGTERM,
 access logs and keep-alive/connection timeouts built in, and no dependency of its own.  waitress
 (one process, threads) would fit the session model too, but installs no SIGTERM handler: the
 drain, and PID 1's signal handling, would be ours to write.  gunicorn runs on POSIX only.
+gunicorn's stock ``gthread`` worker lets a thread wait, without a deadline, for a request whose
+first byte has come: ``threads`` slow clients stop the server for everyone.  Its other workers
+do not fix that (``gevent``/``eventlet`` monkey-patch the process and set no read deadline
+either), so the worker class is our own small subclass of ``gthread``
+(:mod:`~agent_envs.webshop.http_worker` says why not waitress or a proxy in front).
 
 :func:`serve_production` takes over the calling process: gunicorn installs its signal handlers
 and forks the worker.  Call it only as a process's main job (the CLI does); tests and embedded
@@ -45,7 +57,8 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from agent_envs.webshop.server import is_loopback
+from agent_envs.webshop.http_worker import worker_class
+from agent_envs.webshop.server import MAX_CONTENT_LENGTH, is_loopback
 
 __all__ = ["ProductionOptions", "base_url", "bind_socket", "serve_production"]
 
@@ -65,6 +78,8 @@ class ProductionOptions:
         graceful_timeout: Seconds SIGTERM waits for requests in flight before the worker is
             killed (0-600).
         keepalive: Seconds an idle keep-alive connection stays open (0: no keep-alive; 0-600).
+        request_timeout: Seconds a request (head and body) may take to arrive whole, and a
+            thread may take to write its answer (1-600).
         worker_timeout: Seconds of a stalled worker main loop before it is replaced (1-3600).
         access_log: One line per request on stdout.
 
@@ -80,13 +95,14 @@ class ProductionOptions:
     threads: int = 8
     graceful_timeout: int = 3
     keepalive: int = 5
+    request_timeout: int = 10
     worker_timeout: int = 30
     access_log: bool = True
 
     def check(self) -> None:
         """Raise ValueError naming the first option out of range."""
         for name, low, high in (("threads", 1, 256), ("graceful_timeout", 0, 600), ("keepalive", 0, 600),
-                                ("worker_timeout", 1, 3600)):
+                                ("request_timeout", 1, 600), ("worker_timeout", 1, 3600)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer from {low} to {high}, got {value!r}")
@@ -95,7 +111,8 @@ class ProductionOptions:
         """gunicorn's settings for serving the already bound socket ``fd``."""
         shm = "/dev/shm"  # the worker's heartbeat file: a tmpfs even on a read-only root
         return {
-            "bind": [f"fd://{fd}"], "workers": 1, "worker_class": "gthread", "threads": self.threads,
+            "bind": [f"fd://{fd}"], "workers": 1, "threads": self.threads,
+            "worker_class": worker_class(request_timeout=self.request_timeout, max_body=MAX_CONTENT_LENGTH),
             "preload_app": True, "max_requests": 0, "timeout": self.worker_timeout,
             "graceful_timeout": self.graceful_timeout, "keepalive": self.keepalive,
             "accesslog": "-" if self.access_log else None, "access_log_format": _ACCESS_FORMAT,

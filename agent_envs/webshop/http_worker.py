@@ -1,0 +1,396 @@
+"""gunicorn's threaded worker, with every request read whole before a thread takes it.
+
+gunicorn's ``gthread`` worker hands a connection to a pool thread as soon as its first byte
+arrives, and the thread then reads the rest of the request in blocking mode, with no deadline:
+``threads`` clients that send one byte, or drip a header or a body, hold every thread, and no
+one else is answered until they leave.  :class:`BufferedThreadWorker` keeps everything else of
+gunicorn (arbiter, signals and drain, parser, access log, thread pool, keep-alive) and changes
+where and how long a request is read:
+
+* **Read in the event loop.**  The worker's main loop reads each connection without blocking
+  into a buffer of its own until a whole request has arrived (the head, then a body of at most
+  ``max_body`` bytes, by ``Content-Length`` or chunked); only then does a thread get it, and the
+  thread parses it from memory without waiting on the client.  A slow client costs a buffer, not
+  a thread.  Pipelined requests are handed over one at a time, each only once it is whole.
+* **A deadline for the whole request.**  It must arrive within ``request_timeout`` seconds of
+  the connection's accept, or on a kept-alive connection of its next request's first byte;
+  otherwise the client gets 408 and the connection is closed.  An idle kept-alive connection is
+  closed after gunicorn's ``keepalive`` seconds as before.
+* **Limits answered here.**  A head over ``max_head`` bytes gets 431; a declared body over
+  ``max_body`` bytes gets 413 (after the body, up to ``drain_limit`` bytes, was read and dropped,
+  so that the client reads the answer instead of a reset; at once for ``Expect: 100-continue``
+  or a longer body); a chunked body over ``max_body`` gets 413.  These answers are JSON
+  (``{"error", "message", "status"}``, as the shop's own errors) and close the connection.
+* **Writes with a deadline.**  A thread's socket is blocking with a ``request_timeout`` timeout:
+  a client that stops reading its answers loses the connection instead of holding the thread.
+* **Closing off the loop.**  gunicorn lingers on a closed connection for up to 2 s, reading
+  what the client still sends, inside its main loop; here the lingering connection waits in the
+  poller, so a client that never closes its side cannot stall everyone else.
+
+Connections are still capped by gunicorn's ``worker_connections`` (1000); slow ones are closed
+at their deadline, so holding that many needs a steady stream of new connections.
+
+Why this and not another server: gevent or eventlet workers also keep slow clients off the
+threads, but monkey-patch the process and still set no read deadline; waitress buffers
+requests the same way but has only an inactivity timeout and no SIGTERM drain; a reverse proxy
+(nginx) in front would do it all but is another program to ship and run.  This worker relies on
+gunicorn's ``gthread`` internals (``TConn``, ``enqueue_req``, ``finish_request``), which is why
+the dependency is pinned to gunicorn 27.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import re
+import selectors
+import socket
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from gunicorn import http
+from gunicorn.workers.gthread import STOP_KEEPALIVE_LINGER, TConn, ThreadWorker
+
+__all__ = ["BufferedThreadWorker", "RequestFrame", "frame_request", "worker_class"]
+
+_CLOSE_LINGER_S = 2.0  # how long a closed connection is drained (gunicorn's close_graceful)
+_CLOSE_DRAIN = 64 * 1024
+_RECV = 65536
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue[ \t]*(?=\r\n)", re.IGNORECASE)
+_REASONS = {408: "Request Timeout", 413: "Request Entity Too Large",
+            431: "Request Header Fields Too Large"}
+
+
+# --------------------------------------------------------------------------- framing
+@dataclass(frozen=True)
+class RequestFrame:
+    """Where the first request of a buffer stands.
+
+    Attributes:
+        state: ``"more"`` (incomplete), ``"ready"`` (``buf[:end]`` is one whole request, or a
+            request gunicorn's parser will refuse without reading more), ``"continue"`` (the
+            head asks for ``100 Continue`` and the body has not come), ``"drain"`` (a declared
+            body over the limit: drop ``drop`` bytes after ``end``, then answer 413) or
+            ``"refuse"`` (answer ``status`` and close).
+        end: Bytes of the head (``drain``) or of the whole request (``ready``).
+        status: The status of a refusal (``refuse``, ``drain``).
+        drop: Body bytes to read and drop (``drain``).
+    """
+
+    state: str
+    end: int = 0
+    status: int = 0
+    drop: int = 0
+
+
+def _head_fields(head: bytes) -> tuple[list[bytes], list[bytes], bool]:
+    """Content-Length values, Transfer-Encoding values and whether 100-continue is expected."""
+    lengths, codings, expect = [], [], False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        name, value = name.strip().lower(), value.strip()
+        if name == b"content-length":
+            lengths.append(value)
+        elif name == b"transfer-encoding":
+            codings.append(value.lower())
+        elif name == b"expect":
+            expect = value.lower() == b"100-continue"
+    return lengths, codings, expect
+
+
+def _chunked_end(buf: bytes | bytearray, pos: int, max_body: int) -> RequestFrame:
+    """The frame of a chunked body starting at ``pos`` (a malformed one is left to gunicorn)."""
+    body = 0
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return RequestFrame("more") if len(buf) - pos <= 1024 else RequestFrame("ready", len(buf))
+        token = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
+        if not _HEX.fullmatch(token):
+            return RequestFrame("ready", len(buf))
+        size = int(token, 16)
+        body += size
+        if body > max_body:
+            return RequestFrame("refuse", status=413)
+        if size == 0:
+            if buf[eol + 2:eol + 4] == b"\r\n":
+                return RequestFrame("ready", eol + 4)
+            trailers = buf.find(b"\r\n\r\n", eol + 2)
+            return RequestFrame("ready", trailers + 4) if trailers >= 0 else RequestFrame("more")
+        pos = eol + 2 + size + 2
+        if len(buf) < pos:
+            return RequestFrame("more")
+        if buf[pos - 2:pos] != b"\r\n":
+            return RequestFrame("ready", len(buf))
+
+
+def frame_request(buf: bytes | bytearray, *, max_head: int, max_body: int, drain_limit: int) -> RequestFrame:
+    """How far the first HTTP/1.x request in ``buf`` has arrived.
+
+    Framing the parser would refuse (two lengths, a length that is not a number, a coding
+    other than a final ``chunked``, a length beside a coding) is ``ready`` at once: gunicorn
+    answers 400 from what is there.
+
+    Example:
+        >>> limits = {"max_head": 1024, "max_body": 10, "drain_limit": 100}
+        >>> frame_request(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n", **limits).state
+        'more'
+        >>> frame_request(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\nGET", **limits)
+        RequestFrame(state='ready', end=27, status=0, drop=0)
+        >>> frame_request(b"POST / HTTP/1.1\\r\\nContent-Length: 5\\r\\n\\r\\nabc", **limits).state
+        'more'
+        >>> frame_request(b"POST / HTTP/1.1\\r\\nContent-Length: 50\\r\\n\\r\\n", **limits)
+        RequestFrame(state='drain', end=39, status=413, drop=50)
+    """
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return RequestFrame("refuse", status=431) if len(buf) > max_head else RequestFrame("more")
+    end += 4
+    if end > max_head:
+        return RequestFrame("refuse", status=431)
+    lengths, codings, expect = _head_fields(bytes(buf[:end - 4]))
+    if codings:
+        if lengths or codings[-1].split(b",")[-1].strip() != b"chunked":
+            return RequestFrame("ready", len(buf))
+        return _chunked_end(buf, end, max_body)
+    if not lengths:
+        return RequestFrame("ready", end)
+    if len(lengths) > 1 or not lengths[0].isdigit() or len(lengths[0]) > 18:
+        return RequestFrame("ready", len(buf))
+    size = int(lengths[0])
+    if size > max_body:
+        if expect or size > drain_limit:
+            return RequestFrame("refuse", status=413)
+        return RequestFrame("drain", end, 413, size)
+    if len(buf) >= end + size:
+        return RequestFrame("ready", end + size)
+    return RequestFrame("continue" if expect and len(buf) == end else "more")
+
+
+# --------------------------------------------------------------------------- sockets
+class _TimedSocket(socket.socket):
+    """A client socket whose "blocking" mode has a timeout: what a pool thread writes (and, as a
+    last resort, reads) never waits on the client longer than ``io_timeout`` seconds."""
+
+    io_timeout = 10.0
+
+    def setblocking(self, flag: bool) -> None:
+        if flag:
+            self.settimeout(self.io_timeout)
+        else:
+            super().setblocking(False)
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        try:
+            super().sendall(data, flags)
+        except TimeoutError:  # gunicorn ends the connection quietly on a reset
+            raise ConnectionResetError(errno.ECONNRESET, "the client stopped reading") from None
+
+
+class _Conn(TConn):
+    """gunicorn's connection plus this worker's read buffer, deadline and closing."""
+
+    def __init__(self, worker: BufferedThreadWorker, sock: socket.socket, client: Any, server: Any) -> None:
+        super().__init__(worker.cfg, sock, client, server)
+        self.worker = worker
+        self.rbuf = bytearray()
+        self.drop = 0  # bytes of an oversize body still to read and drop
+        self.continued = False  # 100 Continue sent for the request being read
+        # The HTTP/1.1 parser reads from the buffer handed over (never TLS or HTTP/2 here).
+        self.parser = http.get_parser(worker.cfg, sock, client)
+        self.initialized = self.data_ready = True
+
+    def close(self, graceful: bool = False) -> None:
+        if graceful:  # gunicorn's own close_graceful would linger inside the main loop
+            self.worker.linger(self)
+        else:
+            super().close()
+
+
+# --------------------------------------------------------------------------- the worker
+class BufferedThreadWorker(ThreadWorker):
+    """gunicorn's ``gthread`` worker that reads each request whole, with a deadline, in its
+    event loop before a thread handles it (see the module docstring).  Configure a subclass
+    with :func:`worker_class`."""
+
+    request_timeout = 10.0
+    max_head = 64 * 1024
+    max_body = 64 * 1024
+    drain_limit = 1 << 20
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._reading: dict[_Conn, float] = {}  # connection -> deadline
+        self._lingering: dict[_Conn, float] = {}
+
+    # ---------------------------------------------------------------- connections in
+    def accept(self, listener: Any) -> None:
+        try:
+            client, addr = listener.accept()
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        sock = _TimedSocket(fileno=client.detach())
+        sock.io_timeout = self.request_timeout
+        conn = _Conn(self, sock, addr, listener.getsockname())
+        self._read(conn, registered=False)
+
+    def on_client_socket_readable(self, conn: _Conn, client: Any) -> None:
+        """A kept-alive connection's next request begins: its deadline starts now."""
+        self.keepalived_conns.remove(conn)
+        self._read(conn, registered=True)
+        self._receive(conn, client)
+
+    def _read(self, conn: _Conn, *, registered: bool) -> None:
+        self._reading[conn] = time.monotonic() + self.request_timeout
+        conn.sock.setblocking(False)
+        callback = partial(self._receive, conn)
+        if registered:
+            self.poller.modify(conn.sock, selectors.EVENT_READ, callback)
+        else:
+            self.poller.register(conn.sock, selectors.EVENT_READ, callback)
+
+    def _receive(self, conn: _Conn, _fileobj: Any) -> None:
+        try:
+            data = conn.sock.recv(_RECV)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client left (or reset) before its request was whole
+            self._forget(conn)
+            conn.sock.close()
+            return
+        if conn.drop:  # an oversize body, read and dropped before its 413
+            conn.drop -= len(data)
+            if conn.drop <= 0:
+                self._refuse(conn, 413, _refusal_message(413, self))
+            return
+        conn.rbuf += data
+        self._advance(conn)
+
+    def _advance(self, conn: _Conn) -> None:
+        """Hand the request over, ask for its body, or refuse it, as far as it has come."""
+        frame = frame_request(conn.rbuf, max_head=self.max_head, max_body=self.max_body,
+                              drain_limit=self.drain_limit)
+        if frame.state == "ready":
+            self._hand_over(conn, frame.end)
+        elif frame.state == "continue" and not conn.continued:
+            conn.continued = True  # answered here: the parser must not send a second 100
+            conn.rbuf[:] = _EXPECT.sub(b"", bytes(conn.rbuf), count=1)
+            self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
+        elif frame.state == "drain":
+            conn.drop = frame.drop - (len(conn.rbuf) - frame.end)
+            del conn.rbuf[:]
+            if conn.drop <= 0:
+                self._refuse(conn, 413, _refusal_message(413, self))
+        elif frame.state == "refuse":
+            self._refuse(conn, frame.status, _refusal_message(frame.status, self))
+
+    def _hand_over(self, conn: _Conn, end: int) -> None:
+        self._reading.pop(conn, None)
+        self.poller.unregister(conn.sock)
+        conn.parser.unreader.unread(bytes(conn.rbuf[:end]))
+        del conn.rbuf[:end]
+        conn.continued = False
+        self.enqueue_req(conn)
+
+    # ---------------------------------------------------------------- answers
+    def finish_request(self, conn: _Conn, fs: Any) -> None:
+        """After a response: the next pipelined request is read like any other (it may not be
+        whole yet); otherwise gunicorn keeps the connection alive or closes it."""
+        if conn.rbuf and not fs.cancelled() and fs.exception() is None and fs.result() is True and self.alive:
+            self._read(conn, registered=False)
+            self._advance(conn)
+            return
+        super().finish_request(conn, fs)
+
+    def _send(self, conn: _Conn, data: bytes) -> None:
+        try:  # non-blocking: a client that cannot take a few hundred bytes gets none
+            conn.sock.send(data)
+        except OSError:
+            pass
+
+    def _refuse(self, conn: _Conn, status: int, message: str) -> None:
+        reason = _REASONS[status]
+        body = json.dumps({"error": reason, "message": message, "status": status}).encode()
+        self._send(conn, (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body)
+        self.log.info("%s %s: %s", conn.client[0] if conn.client else "-", status, message)
+        self._forget(conn)
+        self.linger(conn)
+
+    def _forget(self, conn: _Conn) -> None:
+        """Stop reading ``conn`` (it no longer counts as a connection of this worker)."""
+        if self._reading.pop(conn, None) is not None:
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+
+    # ---------------------------------------------------------------- closing
+    def linger(self, conn: _Conn) -> None:
+        """Close ``conn`` after a FIN, reading (and dropping) what the client still sends for at
+        most 2 s, so the kernel does not reset the last answer; waits in the poller."""
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.sock.close()
+            return
+        conn.drop = _CLOSE_DRAIN
+        self._lingering[conn] = time.monotonic() + _CLOSE_LINGER_S
+        conn.sock.setblocking(False)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._drain_closing, conn))
+
+    def _drain_closing(self, conn: _Conn, _fileobj: Any) -> None:
+        try:
+            data = conn.sock.recv(_RECV)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        conn.drop -= len(data)
+        if not data or conn.drop <= 0:
+            self._close_lingering(conn)
+
+    def _close_lingering(self, conn: _Conn) -> None:
+        del self._lingering[conn]
+        self.poller.unregister(conn.sock)
+        conn.sock.close()
+
+    # ---------------------------------------------------------------- deadlines
+    def murder_pending(self) -> None:
+        """Called by gunicorn's loop about once a second: requests past their deadline get 408;
+        connections lingering after a close are closed after 2 s.  While stopping, a connection
+        that has sent nothing yet is kept at most gunicorn's kept-alive linger."""
+        super().murder_pending()
+        now = time.monotonic()
+        for conn, deadline in list(self._reading.items()):
+            if not self.alive and not conn.rbuf and not conn.drop:
+                deadline = self._reading[conn] = min(deadline, now + STOP_KEEPALIVE_LINGER)
+            if deadline > now:
+                continue
+            if conn.rbuf or conn.drop:
+                self._refuse(conn, 408, f"the request did not arrive whole within {self.request_timeout:g} s")
+            else:  # nothing was asked: closed without an answer
+                self._forget(conn)
+                conn.sock.close()
+        for conn, deadline in list(self._lingering.items()):
+            if deadline <= now:
+                self._close_lingering(conn)
+
+
+def _refusal_message(status: int, worker: BufferedThreadWorker) -> str:
+    if status == 431:
+        return f"request heads longer than {worker.max_head} bytes are refused"
+    return f"request bodies larger than {worker.max_body} bytes are refused"
+
+
+def worker_class(*, request_timeout: float, max_body: int, drain_limit: int = 1 << 20) -> type[BufferedThreadWorker]:
+    """A :class:`BufferedThreadWorker` subclass with these limits (gunicorn's ``worker_class``)."""
+    return type("BufferedThreadWorker", (BufferedThreadWorker,),
+                {"request_timeout": float(request_timeout), "max_body": int(max_body),
+                 "drain_limit": int(drain_limit), "__module__": __name__})
