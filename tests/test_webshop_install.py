@@ -91,3 +91,15 @@ def test_an_install_that_dies_mid_copy_leaves_no_partial_file(tmp_path, source, 
     assert (dest / "items_human_ins.json").read_text() == '{"old": []}'
     if how == "write error":  # the temporary file is removed too
         assert sorted(p.name for p in dest.iterdir()) == ["items_human_ins.json"]
+
+
+def test_a_file_changed_after_its_check_is_not_installed(tmp_path, source, monkeypatch):
+    """The copy's own sha256 must be the one verified (a file replaced between the check and
+    the copy is refused, and nothing is installed)."""
+    from agent_envs.webshop import catalogue
+
+    monkeypatch.setattr(catalogue, "verify_files", lambda paths, strict=True: {p.name: "0" * 64 for p in paths})
+    dest = tmp_path / "dest"
+    res = runner.invoke(app, ["data", "webshop", "--from", str(source), "--dest", str(dest)])
+    assert res.exit_code == 1 and "changed while it was installed" in " ".join(res.output.split())
+    assert list(dest.iterdir()) == []
