@@ -21,7 +21,7 @@ def data_alfworld(
     ),
     parse: bool = typer.Option(True, "--parse/--no-parse", help="JSON-parse every game file while verifying."),
     allow_partial: bool = typer.Option(
-        False, "--allow-partial", help="With --from: install splits with fewer games than the official set "
+        False, "--allow-partial", help="With --from: install splits whose game counts differ from the official set "
         "(a deliberate subset; the count is recorded and checked where the split is used)."
     ),
 ) -> None:
