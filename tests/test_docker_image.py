@@ -208,6 +208,17 @@ def test_image_runs_the_installed_package_without_the_plotting_stack(container):
     assert not (container.rootfs / "tmp/src").exists() and not (container.rootfs / "opt/rubricgym").exists()
 
 
+def test_image_has_no_setuid_or_setgid_file(container):
+    """The Dockerfile strips every setuid/setgid bit (the base ships su, mount, passwd, ...):
+    nothing in the image can gain privileges, even run without compose's no-new-privileges."""
+    out = _run(["find", str(container.rootfs), "-xdev", "-perm", "/6000", "-type", "f"], timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []
+    # the same walk does see the image's programs (so the empty answer is not a failed walk)
+    programs = _run(["find", str(container.rootfs / "usr/bin"), "-xdev", "-perm", "/0111", "-type", "f"], timeout=300)
+    assert len(programs.stdout.split()) > 50
+
+
 def test_image_healthcheck_command_passes_and_fails_without_a_server(container):
     """The HEALTHCHECK exits 0 against the running server and non-zero where none listens."""
     test = container.config["Healthcheck"]["Test"]

@@ -162,6 +162,57 @@ def test_session_store_never_evicts_a_live_session_and_expires_idle_ones(mini_di
             SessionStore(4, ttl=bad)
 
 
+def test_page_visits_hold_at_most_their_share_of_the_store(mini_dir):
+    """Sessions opened by a page visit take at most ``max_browser_sessions`` slots: the rest
+    stay free for the JSON API whatever a crawler does.  Hand-derived with max_sessions=8 and
+    the default share 8 // 4 = 2; a replaced id keeps its kind; expiry frees browser slots."""
+    cat = get_catalogue(CatalogueSpec(source=mini_dir, verify=False))
+    from agent_envs.webshop.scorer import get_tagger
+
+    clock = FakeClock()
+    store = SessionStore(max_sessions=8, ttl=100, clock=clock)
+    mk = lambda sid: ShopSession(cat, cat.goals[0], get_tagger("lexicon"), sid)
+    assert store.max_browser_sessions == 2
+    store.put("page-a", mk("page-a"), browser=True)
+    clock.now += 10.0
+    store.put("page-b", mk("page-b"), browser=True)
+    with pytest.raises(SessionStoreFull, match=r"2 live sessions opened from pages.*--max-browser-sessions") as full:
+        store.put("page-c", mk("page-c"), browser=True)
+    assert full.value.retry_after == 90  # page-a, used at t=1000, expires at 1100; now t=1010
+    store.put("page-a", mk("page-a"))  # an API reset of a page's id: allowed, still a page's slot
+    assert store.browser_sessions() == 2
+    for i in range(6):  # the API's six slots are all there
+        store.put(f"api-{i}", mk(f"api-{i}"))
+    with pytest.raises(SessionStoreFull, match=r"8 live sessions \(its --max-sessions\)"):
+        store.put("api-6", mk("api-6"))
+    assert store.delete("page-b") and store.browser_sessions() == 1
+    store.put("page-c", mk("page-c"), browser=True)
+    clock.now += 100.0  # everything idle for >= 100 s expires
+    assert (len(store), store.browser_sessions()) == (0, 0)
+    assert SessionStore(1).max_browser_sessions == 1 and SessionStore(4096).max_browser_sessions == 1024
+    for bad in (0, 9, True, 2.5):
+        with pytest.raises(ValueError, match="max_browser_sessions"):
+            SessionStore(8, max_browser_sessions=bad)
+
+
+def test_a_page_crawl_over_http_leaves_the_environments_their_slots(mini_dir):
+    """The issue's lockout: new ids crawled as pages get 503 beyond their share (HTML, naming
+    --max-browser-sessions), while environments' resets keep getting slots."""
+    app = create_app(CatalogueSpec(source=mini_dir, verify=False), tagger="lexicon", max_sessions=6,
+                     max_browser_sessions=2)
+    with BackgroundServer(app) as srv, requests.Session() as http:
+        http.trust_env = False
+        codes = [http.get(f"{srv.url}/crawl-{i}").status_code for i in range(20)]
+        assert codes == [200, 200] + [503] * 18
+        page = http.get(f"{srv.url}/crawl-99")
+        assert "text/html" in page.headers["Content-Type"] and "--max-browser-sessions" in page.text
+        assert int(page.headers["Retry-After"]) == 1800
+        for i in range(4):
+            assert http.post(f"{srv.url}/api/env-{i}/reset", json={"task": 0}).status_code == 200
+        health = http.get(f"{srv.url}/healthz").json()
+        assert (health["sessions"], health["browser_sessions"], health["max_browser_sessions"]) == (6, 2, 2)
+
+
 def test_full_server_answers_503_with_retry_after_and_idle_sessions_expire(mini_dir):
     """Over real HTTP: a new id on a server full of live sessions gets 503 (JSON for the API,
     HTML for pages) with Retry-After and the remedy; the live sessions keep playing; once
@@ -195,6 +246,58 @@ def test_full_server_answers_503_with_retry_after_and_idle_sessions_expire(mini_
         assert http.get(f"{u}/healthz").json()["sessions"] == 2  # one and three
         clock.now += 300.0
         assert http.get(f"{u}/healthz").json()["sessions"] == 0
+
+
+# --------------------------------------------------------------------------- the production worker
+LIMITS = {"max_head": 200, "max_body": 10, "drain_limit": 100}
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (b"GET / HTTP/1.1\r\nHost: x", ("more", 0, 0, 0)),
+    (b"GET / HTTP/1.1\r\n\r\n", ("ready", 18, 0, 0)),
+    (b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n", ("ready", 18, 0, 0)),  # the first of two
+    (b"GET /" + b"a" * 200, ("refuse", 0, 431, 0)),  # a head with no end past max_head
+    (b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\nab", ("more", 0, 0, 0)),
+    (b"POST / HTTP/1.1\r\ncontent-length: 4\r\n\r\nabcdGET", ("ready", 42, 0, 0)),
+    (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n", ("continue", 0, 0, 0)),
+    (b"POST / HTTP/1.1\r\nContent-Length: 40\r\n\r\nabc", ("drain", 39, 413, 40)),
+    (b"POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", ("refuse", 0, 413, 0)),  # past drain_limit
+    (b"POST / HTTP/1.1\r\nContent-Length: 40\r\nExpect: 100-continue\r\n\r\n", ("refuse", 0, 413, 0)),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n", ("more", 0, 0, 0)),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\n\r\n", ("ready", 64, 0, 0)),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-T: 1\r\n\r\n", ("ready", 60, 0, 0)),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n", ("refuse", 0, 413, 0)),  # 11 > 10
+    # framing gunicorn refuses (400) is handed over as it is, never waited for
+    (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n", ("ready", 57, 0, 0)),
+    (b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", ("ready", 39, 0, 0)),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nxx", ("ready", 46, 0, 0)),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", ("ready", 51, 0, 0)),
+])
+def test_requests_are_framed_before_a_thread_takes_them(data, expected):
+    """Byte offsets counted by hand: "GET / HTTP/1.1\r\n" is 16 bytes, the blank line 2 more."""
+    from agent_envs.webshop.http_worker import frame_request
+
+    frame = frame_request(data, **LIMITS)
+    assert (frame.state, frame.end, frame.status, frame.drop) == expected
+
+
+def test_bm25s_prints_no_debug_line_and_the_callers_logging_is_kept():
+    """bm25s sets its own logger to DEBUG when imported: every index then printed "DEBUG
+    bm25s: Building index from tokens" under a WARNING root handler.  The import leaves the
+    caller's level in place: NOTSET by default (nothing printed), DEBUG when the caller asked."""
+    code = """
+import logging, sys
+logging.basicConfig(level=logging.WARNING)
+if sys.argv[1] == "debug":
+    logging.getLogger("bm25s").setLevel(logging.DEBUG)
+from agent_envs.webshop.search import SearchIndex
+assert SearchIndex(["red shoes", "blue table"]).search("shoes") == [0]
+print(logging.getLogger("bm25s").level)
+"""
+    quiet, asked = (subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=120,
+                                   cwd=REPO, check=True) for arg in ("default", "debug"))
+    assert (quiet.stdout.strip(), quiet.stderr) == ("0", "")
+    assert asked.stdout.strip() == "10" and "DEBUG:bm25s:Building index" in asked.stderr
 
 
 # --------------------------------------------------------------------------- HTML routes
@@ -579,6 +682,9 @@ def test_compose_is_hardened_and_passes_verification_through():
     assert svc["environment"]["RUBRICGYM_WEBSHOP_VERIFY"] == "${RUBRICGYM_WEBSHOP_VERIFY:-1}"
     assert re.fullmatch(r"on-failure:\d", svc["restart"])  # not always/unless-stopped
     assert all(v.endswith(":ro") for v in svc["volumes"])
+    assert svc["init"] is True  # Docker's init is PID 1 and forwards SIGTERM
+    # no setuid/setgid file is left in the image (tests/test_docker_image.py checks the built one)
+    assert "find / -xdev -perm /6000 -type f -exec chmod a-s {} +" in (REPO / "docker/webshop/Dockerfile").read_text()
 
 
 def _lock_module():
