@@ -9,7 +9,8 @@
   (``ModuleNotFoundError``) is skipped, with the module named; under strict skips it fails.
 * The terminal summary prints how many docstring examples ran.
 * ``wrappers/integrations/verl.py`` and ``tests/integrations/verl_cases.py`` are collected only
-  where verl is installed (its own venv).
+  where verl is installed (its own venv); the OpenEnv modules (``agent_envs/serving/``) and
+  ``tests/integrations/openenv_cases.py`` only where openenv is (its own venv).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ _STRICT = os.environ.get("RUBRICGYM_STRICT_SKIPS", "") not in ("", "0", "false")
 # venv's pytest), and the main environment does not collect them.
 _VERL_ONLY = ["wrappers/integrations/verl.py", "tests/integrations/verl_cases.py"]
 collect_ignore = [] if importlib.util.find_spec("verl") else _VERL_ONLY
+# OpenEnv moves pins of the main environment too: the modules importing it run in its own venv
+# (tests/test_serving_openenv.py passes them to that venv's pytest).
+_OPENENV_ONLY = ["agent_envs/serving/models.py", "agent_envs/serving/server.py", "agent_envs/serving/client.py",
+                 "tests/integrations/openenv_cases.py"]
+collect_ignore = collect_ignore + ([] if importlib.util.find_spec("openenv") else _OPENENV_ONLY)
 _DOCTESTS: set[str] = set()
 
 

@@ -45,6 +45,7 @@ COMMAND_MODULES = (
     "agent_envs.alfworld.cli",
     "agent_envs.webshop.cli",
     "agent_envs.webshop.serve_cli",
+    "agent_envs.serving.cli",
     "trainers.train_cli",
     "trainers.report_cli",
     "trainers.arena_cli",

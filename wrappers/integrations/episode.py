@@ -367,8 +367,8 @@ _EPISODE_POOLS: dict[str, EpisodePool] = {}
 
 #: The :class:`~agent_envs.pool.EnvPool` options a training library's configuration may pass
 #: through (verl's ``env_pool_options``, OpenRLHF's ``RUBRICGYM_ENV_POOL_OPTIONS``, TRL's
-#: ``env_rollout(env_pool_options=...)``).
-POOL_OPTIONS = ("timeout", "worker_nice", "worker_idle", "start_method")
+#: ``env_rollout(env_pool_options=...)``); ``urls`` names the OpenEnv servers of the ``remote`` backend.
+POOL_OPTIONS = ("timeout", "worker_nice", "worker_idle", "start_method", "urls")
 
 
 def check_pool_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -75,8 +75,8 @@ class AgentConfig:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         if isinstance(env_workers, bool) or not isinstance(env_workers, int) or env_workers < 0:
             raise ValueError(f"env_workers must be a non-negative int, got {env_workers!r}")
-        if env_backend not in ("process", "ray"):
-            raise ValueError(f"env_backend must be 'process' or 'ray', got {env_backend!r}")
+        if env_backend not in ("process", "ray", "remote"):
+            raise ValueError(f"env_backend must be 'process', 'ray' or 'remote', got {env_backend!r}")
         self.env, self.env_kwargs, self.max_turns, self.style = env, dict(env_kwargs or {}), max_turns, style
         self.env_workers, self.env_backend = env_workers, env_backend
         self.env_pool_options = check_pool_options(env_pool_options)

@@ -337,8 +337,8 @@ def _episode_spec(kwargs: Mapping[str, Any], defaults: Mapping[str, Any]) -> dic
     workers = spec["env_workers"]
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ValueError(f"env_workers must be a non-negative int, got {workers!r}")
-    if spec["env_backend"] not in ("process", "ray"):
-        raise ValueError(f"env_backend must be 'process' or 'ray', got {spec['env_backend']!r}")
+    if spec["env_backend"] not in ("process", "ray", "remote"):
+        raise ValueError(f"env_backend must be 'process', 'ray' or 'remote', got {spec['env_backend']!r}")
     check_pool_options(spec["env_pool_options"])
     return spec
 
