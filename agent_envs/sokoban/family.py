@@ -34,10 +34,12 @@ PANELS = (
 )
 
 ARENA = {
-    # GraphGPO's Sokoban setting: 8 rollouts per group, at most 15 steps
+    # GraphGPO's Sokoban setting: 8 rollouts per group, at most 15 steps; the comparison of
+    # GraphGPO's paper (GRPO, RLOO, GiGPO, GraphGPO) with MCGPO and the step-shuffle control
     "sokoban": ArenaPreset(ENV_ID, "sokoban", {}, "train", "eval", max_steps=15, seeds=20,
                            settings={"group_size": 8, "groups_per_update": 4, "train_tasks": 64,
-                                     "val_tasks": 64, "updates": 30, "eval_every": 5}),
+                                     "val_tasks": 64, "updates": 30, "eval_every": 5},
+                           methods=("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle")),
 }
 
 #: GraphGPO's Sokoban setting: γ = 0.8 (and MCGPO's GraphGPO task branch with it).  MileGPO and
