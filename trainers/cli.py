@@ -53,6 +53,10 @@ COMMAND_MODULES = (
 )
 
 
+#: Loggers whose INFO lines are a command's progress (its phases, the games it generates).
+PROGRESS_LOGGERS = ("trainers", "agent_envs.alfworld.generator")
+
+
 @app.callback()
 def _root(
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug)."),
@@ -60,6 +64,8 @@ def _root(
     """Rubric-channel environments, group credit estimators and an RL trainer for LLM agents."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in PROGRESS_LOGGERS:  # a command's progress shows without -v (off a terminal: its only output)
+        logging.getLogger(name).setLevel(min(level, logging.INFO))
 
 
 def _register_all() -> None:

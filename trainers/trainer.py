@@ -240,6 +240,7 @@ class Trainer:
         (:func:`agent_envs.tasks.train_val_tasks`: the pool first, the validation tasks next,
         held out of it when both come from one split)."""
         cfg = self.cfg
+        log.info("listing the tasks of %s (games not yet generated are generated now)", cfg.env.env_id)
         with _task_env(cfg.env.env_id, cfg.env_make_kwargs()) as env:
             try:
                 self.train_task_ids, self.val_task_ids = train_val_tasks(
@@ -251,6 +252,7 @@ class Trainer:
         """The trained policy (model, tokenizer, KL reference, SGD optimiser, rollout copy),
         the schedule and the update rule."""
         cfg, acc = self.cfg, self.accelerator
+        log.info("loading the policy %s", cfg.policy.model)
         model, tok = load_policy(cfg.policy.model, seed=cfg.schedule.seed, dtype=cfg.policy.dtype)
         if cfg.policy.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -696,12 +698,19 @@ def _rms_stats(acc: Any, raw: np.ndarray, scaled: np.ndarray) -> dict[str, float
 
 
 class _Progress:
-    """A rich progress bar over updates that names the phase under way (no output when disabled)."""
+    """A rich progress bar over updates that names the phase under way; off a terminal, one
+    INFO log line per phase and per update instead (no output when disabled)."""
 
     def __init__(self, *, enabled: bool, total: int, start: int, console: Any = None) -> None:
         self.bar = None
         self.last = ""
-        if enabled:
+        self.total, self.done = total, start
+        if enabled and console is None:
+            from rich.console import Console
+
+            console = Console()  # where the bar would draw (stdout)
+        self.lines = enabled and not console.is_terminal
+        if enabled and not self.lines:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -721,11 +730,16 @@ class _Progress:
         """Show what the run is doing now (before the last update's success figures)."""
         if self.bar is not None:
             self.bar.update(self.task, info=" · ".join(x for x in (name, self.last) if x))
+        elif self.lines:
+            log.info("train: %s", name)
 
     def advance(self, train_success: float, val_success: float | None) -> None:
+        self.done += 1
+        self.last = f"train success {train_success:.2f}" + ("" if val_success is None else f" · val {val_success:.2f}")
         if self.bar is not None:
-            self.last = f"train success {train_success:.2f}" + ("" if val_success is None else f" · val {val_success:.2f}")
             self.bar.update(self.task, advance=1, info=self.last)
+        elif self.lines:
+            log.info("train: %d/%d updates done · %s", self.done, self.total, self.last)
 
     def close(self) -> None:
         if self.bar is not None:

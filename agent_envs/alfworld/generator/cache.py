@@ -163,10 +163,12 @@ def _locked(lock_path: Path, slot: int) -> Iterator[None]:
 
 
 class _Progress:
-    """Logs each finished game (INFO) and, on a terminal, draws a transient bar on stderr."""
+    """On a terminal, a transient bar on stderr; otherwise an INFO log line every
+    :func:`log_every` finished games (and at the last)."""
 
     def __init__(self, total: int, what: str, callback: ProgressFn | None) -> None:
         self.total, self.what, self.callback = total, what, callback
+        self.every = log_every(total)
         self.done = 0
         self.started = time.perf_counter()
         self._bar: Any = None
@@ -190,8 +192,9 @@ class _Progress:
         done = min(done, self.total)
         while self.done < done:
             self.done += 1
-            logger.info("%s: %d/%d verified (%.1f s)", self.what, self.done, self.total,
-                        time.perf_counter() - self.started)
+            if self._bar is None and (self.done % self.every == 0 or self.done == self.total):
+                logger.info("%s: %d/%d verified (%.1f s)", self.what, self.done, self.total,
+                            time.perf_counter() - self.started)
             if self.callback is not None:
                 self.callback(self.done, self.total, self.what)
         if self._bar is not None:
@@ -201,6 +204,15 @@ class _Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+def log_every(total: int) -> int:
+    """Games between two progress log lines: about ten lines per run, at least every 100 games.
+
+    >>> log_every(60), log_every(2000), log_every(5)
+    (6, 100, 1)
+    """
+    return max(1, min(100, total // 10))
 
 
 def _stderr_is_terminal() -> bool:
