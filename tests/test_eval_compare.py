@@ -100,6 +100,9 @@ def test_compare_pairs_runs_task_by_task_with_paired_intervals(tmp_path):
     assert steps["diff"] == -6 and steps["ci"] == pytest.approx([-6 - T3 * sd / 2, -6 + T3 * sd / 2])
     assert (second["pairs"], second["unpaired"]) == (3, 1)  # the errored episode is no result
     assert [r["finished"] for r in out["runs"]] == [4, 4, 3] and out["runs"][2]["success"] == 1.0
+    assert out["warnings"] == []
+    huge = _folder(tmp_path / "huge", "m", BETTER, tasks=10**12)  # a header's task count is not trusted
+    assert compare_runs([base, huge])["comparisons"][0]["pairs"] == 4
 
 
 def test_compare_refuses_runs_of_other_panel_hashes_and_empty_pairings(tmp_path):
@@ -196,6 +199,7 @@ def test_the_cli_table_and_eval_compare_of_two_real_runs(panel, tmp_path, monkey
     res = _cli(monkeypatch, panel, "eval", "compare", str(walk), str(rand), "--json")
     assert res.exit_code == 0, res.output
     (comp,) = json.loads(res.stdout)["comparisons"]
+    assert "different settings" in json.loads(res.stdout)["warnings"][0]  # --max-steps 4 against none
     walk_steps = [json.loads(p.read_text().splitlines()[-1])["steps"] for p in sorted((walk / "episodes").iterdir())]
     assert (comp["pairs"], comp["only_baseline_solved"], comp["only_run_solved"]) == (4, 4, 0)
     success, _score, steps = comp["metrics"]

@@ -256,6 +256,8 @@ def _print_comparison(console, result: dict) -> None:
             table.add_row(m["metric"], format(m["baseline"], spec), format(m["run"], spec), format(m["diff"], "+" + spec),
                           _interval(m["ci"], spec), "" if m["mde"] is None else format(m["mde"], spec))
         console.print(table)
+    for warning in result["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {warning}", soft_wrap=True)
     console.print("difference: run - baseline over the paired tasks; 95% Student-t interval; MDE: the smallest "
                   "difference a paired t-test detects with 80% power at this spread", soft_wrap=True)
 

@@ -5,7 +5,8 @@ The first folder is the baseline; every other run is paired with it on the tasks
 baseline) gets its Student-t 95 % interval and the minimum detectable difference at 80 % power
 (:func:`trainers.stats.paired_interval`, :func:`trainers.stats.mde`): the tasks are the pairs,
 so the task-to-task spread that both runs share cancels.  Success also gets the tasks only the
-run solved and only the baseline solved.
+run solved and only the baseline solved.  Runs played with different settings (a step limit,
+the prompt, the action format) are compared with a warning.
 
 Runs are paired only on the same panel hash (the same games, goals and engine): folders of
 different hashes are refused, naming each folder's panel and hash.
@@ -13,6 +14,7 @@ different hashes are refused, naming each folder's panel and hash.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +27,8 @@ __all__ = ["METRICS", "compare_runs"]
 
 #: The per-task metrics compared.
 METRICS = ("success", "score", "steps")
+#: The settings that change what an agent is asked (a comparison warns when runs differ in them).
+PLAY_SETTINGS = ("max_steps", "style", "history_length", "list_actions", "action_format", "system")
 
 
 def _none_if_nan(x: float) -> float | None:
@@ -33,8 +37,9 @@ def _none_if_nan(x: float) -> float | None:
 
 def _run_row(path: Path, header: dict[str, Any], results: Sequence[EpisodeResult]) -> dict[str, Any]:
     n = len(results)
+    settings = header.get("settings") if isinstance(header.get("settings"), dict) else {}
     row: dict[str, Any] = {"dir": str(path), "agent": header["agent"]["name"], "tasks": header["tasks"],
-                           "finished": n}
+                           "finished": n, "play": {k: settings.get(k) for k in PLAY_SETTINGS}}
     for metric in METRICS:
         row[metric] = sum(float(getattr(r, metric)) for r in results) / n if n else None
     counted = [r for r in results if r.prompt_tokens is not None or r.completion_tokens is not None]
@@ -85,6 +90,9 @@ def compare_runs(dirs: Sequence[str | Path]) -> dict[str, Any]:
     base = {r.task_id: r for r in base_results}
     out: dict[str, Any] = {"panel": header["panel"], "hash": header["hash"],
                            "runs": [_run_row(p, h, rs) for p, h, rs in runs], "comparisons": []}
+    plays = {json.dumps(row["play"], sort_keys=True) for row in out["runs"]}
+    out["warnings"] = ([] if len(plays) == 1 else
+                       [f"the runs were played with different settings ({', '.join(PLAY_SETTINGS)}): see runs[].play"])
     for path, _header, results in runs[1:]:
         if not any(r.task_id in base for r in results):
             raise RunFolderError(f"{path} and {base_path} have no finished task in common; nothing to pair")

@@ -205,5 +205,8 @@ def load_run(out: Path) -> tuple[dict[str, Any], list[EpisodeResult]]:
     header = read_header(out) if out.is_dir() else None
     if header is None:
         raise RunFolderError(f"{out}: not an eval run folder (no run.json)")
-    found = (read_trace(trace_path(out, i), i) for i in range(header["tasks"]))
+    folder = out / "episodes"
+    names = (p.name.removesuffix(".jsonl") for p in folder.iterdir()) if folder.is_dir() else ()
+    indices = sorted(int(x) for x in names if len(x) >= 5 and x.isdigit() and int(x) < header["tasks"])
+    found = (read_trace(trace_path(out, i), i) for i in indices)
     return header, [r for r in found if r is not None]
