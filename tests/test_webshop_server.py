@@ -249,14 +249,16 @@ def test_full_server_answers_503_with_retry_after_and_idle_sessions_expire(mini_
 
 
 # --------------------------------------------------------------------------- the production worker
-LIMITS = {"max_head": 200, "max_body": 10, "drain_limit": 100}
+LIMITS = {"max_head": 200, "max_body": 10, "drain_limit": 100, "max_line": 100}
 
 
 @pytest.mark.parametrize(("data", "expected"), [
     (b"GET / HTTP/1.1\r\nHost: x", ("more", 0, 0, 0)),
     (b"GET / HTTP/1.1\r\n\r\n", ("ready", 18, 0, 0)),
     (b"GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n", ("ready", 18, 0, 0)),  # the first of two
-    (b"GET /" + b"a" * 200, ("refuse", 0, 431, 0)),  # a head with no end past max_head
+    (b"GET /" + b"a" * 200, ("refuse", 0, 414, 0)),  # a request line past max_line, no end yet
+    (b"GET /" + b"a" * 80 + b" HTTP/1.1\r\n" + b"X: y\r\n" * 20, ("refuse", 0, 431, 0)),  # 216 > max_head
+    (b"GET /" + b"a" * 101 + b" HTTP/1.1\r\n\r\n", ("refuse", 0, 414, 0)),
     (b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\nab", ("more", 0, 0, 0)),
     (b"POST / HTTP/1.1\r\ncontent-length: 4\r\n\r\nabcdGET", ("ready", 42, 0, 0)),
     (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n", ("continue", 0, 0, 0)),

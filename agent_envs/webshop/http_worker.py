@@ -1,4 +1,4 @@
-"""gunicorn's threaded worker, with every request read whole before a thread takes it.
+"""gunicorn's threaded worker, where no thread ever waits for a client's request.
 
 gunicorn's ``gthread`` worker hands a connection to a pool thread as soon as its first byte
 arrives, and the thread then reads the rest of the request in blocking mode, with no deadline:
@@ -7,16 +7,20 @@ one else is answered until they leave.  :class:`BufferedThreadWorker` keeps ever
 gunicorn (arbiter, signals and drain, parser, access log, thread pool, keep-alive) and changes
 where and how long a request is read:
 
-* **Read in the event loop.**  The worker's main loop reads each connection without blocking
-  into a buffer of its own until a whole request has arrived (the head, then a body of at most
-  ``max_body`` bytes, by ``Content-Length`` or chunked); only then does a thread get it, and the
-  thread parses it from memory without waiting on the client.  A slow client costs a buffer, not
-  a thread.  Pipelined requests are handed over one at a time, each only once it is whole.
+* **Never waited for on a thread.**  A connection waits in the worker's poller until it has
+  data (gthread gives a new one to a thread at once, which waits up to 5 s for its first byte).
+  A thread then reads what has arrived, without blocking, into the connection's buffer: while
+  the request is not whole (the head, then a body of at most ``max_body`` bytes, by
+  ``Content-Length`` or chunked), the connection goes back to the poller; once it is, gunicorn's
+  parser reads it from memory.  A slow client costs a buffer, not a thread, and a normal
+  request costs the event loop no more than under gthread.  Pipelined requests are taken one
+  at a time, each once it is whole.
 * **A deadline for the whole request.**  It must arrive within ``request_timeout`` seconds of
   the connection's accept, or on a kept-alive connection of its next request's first byte;
   otherwise the client gets 408 and the connection is closed.  An idle kept-alive connection is
   closed after gunicorn's ``keepalive`` seconds as before.
-* **Limits answered here.**  A head over ``max_head`` bytes gets 431; a declared body over
+* **Limits answered here.**  A request line over gunicorn's ``limit_request_line`` gets 414, a
+  head over ``max_head`` bytes 431 (gunicorn's parser answers the other limits); a declared body over
   ``max_body`` bytes gets 413 (after the body, up to ``drain_limit`` bytes, was read and dropped,
   so that the client reads the answer instead of a reset; at once for ``Expect: 100-continue``
   or a longer body); a chunked body over ``max_body`` gets 413.  These answers are JSON
@@ -58,9 +62,10 @@ __all__ = ["BufferedThreadWorker", "RequestFrame", "frame_request", "worker_clas
 _CLOSE_LINGER_S = 2.0  # how long a closed connection is drained (gunicorn's close_graceful)
 _CLOSE_DRAIN = 64 * 1024
 _RECV = 65536
+_MORE = object()  # a thread's answer: the request is not whole yet, wait in the poller again
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue[ \t]*(?=\r\n)", re.IGNORECASE)
-_REASONS = {408: "Request Timeout", 413: "Request Entity Too Large",
+_REASONS = {408: "Request Timeout", 413: "Request Entity Too Large", 414: "Request-URI Too Long",
             431: "Request Header Fields Too Large"}
 
 
@@ -127,8 +132,10 @@ def _chunked_end(buf: bytes | bytearray, pos: int, max_body: int) -> RequestFram
             return RequestFrame("ready", len(buf))
 
 
-def frame_request(buf: bytes | bytearray, *, max_head: int, max_body: int, drain_limit: int) -> RequestFrame:
-    """How far the first HTTP/1.x request in ``buf`` has arrived.
+def frame_request(buf: bytes | bytearray, *, max_head: int, max_body: int, drain_limit: int,
+                  max_line: int = 8190) -> RequestFrame:
+    """How far the first HTTP/1.x request in ``buf`` has arrived (a request line over
+    ``max_line`` bytes gets 414, a head over ``max_head`` 431, as gunicorn's own parser would).
 
     Framing the parser would refuse (two lengths, a length that is not a number, a coding
     other than a final ``chunked``, a length beside a coding) is ``ready`` at once: gunicorn
@@ -145,6 +152,9 @@ def frame_request(buf: bytes | bytearray, *, max_head: int, max_body: int, drain
         >>> frame_request(b"POST / HTTP/1.1\\r\\nContent-Length: 50\\r\\n\\r\\n", **limits)
         RequestFrame(state='drain', end=39, status=413, drop=50)
     """
+    line = buf.find(b"\r\n", 0, max_line + 2)
+    if line < 0 and len(buf) > max_line:
+        return RequestFrame("refuse", status=414)
     end = buf.find(b"\r\n\r\n")
     if end < 0:
         return RequestFrame("refuse", status=431) if len(buf) > max_head else RequestFrame("more")
@@ -199,6 +209,7 @@ class _Conn(TConn):
         self.rbuf = bytearray()
         self.drop = 0  # bytes of an oversize body still to read and drop
         self.continued = False  # 100 Continue sent for the request being read
+        self.deadline = 0.0  # when the request being read must be whole
         # The HTTP/1.1 parser reads from the buffer handed over (never TLS or HTTP/2 here).
         self.parser = http.get_parser(worker.cfg, sock, client)
         self.initialized = self.data_ready = True
@@ -212,9 +223,9 @@ class _Conn(TConn):
 
 # --------------------------------------------------------------------------- the worker
 class BufferedThreadWorker(ThreadWorker):
-    """gunicorn's ``gthread`` worker that reads each request whole, with a deadline, in its
-    event loop before a thread handles it (see the module docstring).  Configure a subclass
-    with :func:`worker_class`."""
+    """gunicorn's ``gthread`` worker that lets a thread take a request only once it has arrived
+    whole, with a deadline (see the module docstring).  Configure a subclass with
+    :func:`worker_class`."""
 
     request_timeout = 10.0
     max_head = 64 * 1024
@@ -223,11 +234,13 @@ class BufferedThreadWorker(ThreadWorker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._reading: dict[_Conn, float] = {}  # connection -> deadline
-        self._lingering: dict[_Conn, float] = {}
+        self._reading: dict[_Conn, None] = {}  # waiting in the poller for more of a request
+        self._lingering: dict[_Conn, float] = {}  # connection -> when to close it
 
-    # ---------------------------------------------------------------- connections in
+    # ---------------------------------------------------------------- the event loop
     def accept(self, listener: Any) -> None:
+        """gthread's accept, except that the connection waits in the poller, not on a thread,
+        until it has sent something."""
         try:
             client, addr = listener.accept()
         except OSError as exc:
@@ -238,98 +251,99 @@ class BufferedThreadWorker(ThreadWorker):
         sock = _TimedSocket(fileno=client.detach())
         sock.io_timeout = self.request_timeout
         conn = _Conn(self, sock, addr, listener.getsockname())
-        self._read(conn, registered=False)
+        conn.deadline = time.monotonic() + self.request_timeout
+        self._wait(conn)
+
+    def _wait(self, conn: _Conn) -> None:
+        """Wait in the poller for more of ``conn``'s request (its deadline runs on)."""
+        conn.sock.setblocking(False)
+        self._reading[conn] = None
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+
+    def _readable(self, conn: _Conn, _fileobj: Any) -> None:
+        del self._reading[conn]
+        self.poller.unregister(conn.sock)
+        self.enqueue_req(conn)
 
     def on_client_socket_readable(self, conn: _Conn, client: Any) -> None:
         """A kept-alive connection's next request begins: its deadline starts now."""
-        self.keepalived_conns.remove(conn)
-        self._read(conn, registered=True)
-        self._receive(conn, client)
+        conn.deadline = time.monotonic() + self.request_timeout
+        super().on_client_socket_readable(conn, client)
 
-    def _read(self, conn: _Conn, *, registered: bool) -> None:
-        self._reading[conn] = time.monotonic() + self.request_timeout
-        conn.sock.setblocking(False)
-        callback = partial(self._receive, conn)
-        if registered:
-            self.poller.modify(conn.sock, selectors.EVENT_READ, callback)
+    def finish_request(self, conn: _Conn, fs: Any) -> None:
+        """After a thread: an unfinished request waits in the poller again; the next pipelined
+        request goes to a thread (it may not be whole yet); otherwise as gthread."""
+        result = None if fs.cancelled() or fs.exception() is not None else fs.result()
+        if result is _MORE:
+            self._wait(conn)
+        elif result is True and conn.rbuf and self.alive:
+            conn.deadline = time.monotonic() + self.request_timeout
+            conn.sock.setblocking(False)
+            self.enqueue_req(conn)
         else:
-            self.poller.register(conn.sock, selectors.EVENT_READ, callback)
+            super().finish_request(conn, fs)
 
-    def _receive(self, conn: _Conn, _fileobj: Any) -> None:
-        try:
-            data = conn.sock.recv(_RECV)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:  # the client left (or reset) before its request was whole
-            self._forget(conn)
-            conn.sock.close()
-            return
-        if conn.drop:  # an oversize body, read and dropped before its 413
-            conn.drop -= len(data)
-            if conn.drop <= 0:
-                self._refuse(conn, 413, _refusal_message(413, self))
-            return
-        conn.rbuf += data
-        self._advance(conn)
+    # ---------------------------------------------------------------- a thread
+    def handle(self, conn: _Conn) -> Any:
+        """Read what has arrived without waiting; gthread's handling once the request is whole,
+        ``_MORE`` while it is not, False (close) after a refusal."""
+        taken = self._take(conn)
+        return super().handle(conn) if taken is None else taken
 
-    def _advance(self, conn: _Conn) -> None:
-        """Hand the request over, ask for its body, or refuse it, as far as it has come."""
+    def _take(self, conn: _Conn) -> Any:
+        while True:
+            if not conn.drop:
+                taken = self._frame(conn)
+                if taken is not _MORE:
+                    return taken
+            try:
+                data = conn.sock.recv(_RECV)
+            except (BlockingIOError, InterruptedError):
+                return _MORE
+            except OSError:
+                return False
+            if not data:  # the client left before its request was whole
+                return False
+            if conn.drop:  # an oversize body, read and dropped before its 413
+                conn.drop -= len(data)
+                if conn.drop <= 0:
+                    return self._refuse(conn, 413, _refusal_message(413, self))
+            else:
+                conn.rbuf += data
+
+    def _frame(self, conn: _Conn) -> Any:
+        """None once the buffer's first request is in the parser; else what ``_take`` returns."""
+        if not conn.rbuf:
+            return _MORE
         frame = frame_request(conn.rbuf, max_head=self.max_head, max_body=self.max_body,
-                              drain_limit=self.drain_limit)
+                              drain_limit=self.drain_limit, max_line=self.cfg.limit_request_line)
         if frame.state == "ready":
-            self._hand_over(conn, frame.end)
-        elif frame.state == "continue" and not conn.continued:
+            conn.parser.unreader.unread(bytes(conn.rbuf[:frame.end]))
+            del conn.rbuf[:frame.end]
+            conn.continued = False
+            return None
+        if frame.state == "continue" and not conn.continued:
             conn.continued = True  # answered here: the parser must not send a second 100
             conn.rbuf[:] = _EXPECT.sub(b"", bytes(conn.rbuf), count=1)
-            self._send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
+            _send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
         elif frame.state == "drain":
             conn.drop = frame.drop - (len(conn.rbuf) - frame.end)
             del conn.rbuf[:]
             if conn.drop <= 0:
-                self._refuse(conn, 413, _refusal_message(413, self))
+                return self._refuse(conn, 413, _refusal_message(413, self))
         elif frame.state == "refuse":
-            self._refuse(conn, frame.status, _refusal_message(frame.status, self))
+            return self._refuse(conn, frame.status, _refusal_message(frame.status, self))
+        return _MORE
 
-    def _hand_over(self, conn: _Conn, end: int) -> None:
-        self._reading.pop(conn, None)
-        self.poller.unregister(conn.sock)
-        conn.parser.unreader.unread(bytes(conn.rbuf[:end]))
-        del conn.rbuf[:end]
-        conn.continued = False
-        self.enqueue_req(conn)
-
-    # ---------------------------------------------------------------- answers
-    def finish_request(self, conn: _Conn, fs: Any) -> None:
-        """After a response: the next pipelined request is read like any other (it may not be
-        whole yet); otherwise gunicorn keeps the connection alive or closes it."""
-        if conn.rbuf and not fs.cancelled() and fs.exception() is None and fs.result() is True and self.alive:
-            self._read(conn, registered=False)
-            self._advance(conn)
-            return
-        super().finish_request(conn, fs)
-
-    def _send(self, conn: _Conn, data: bytes) -> None:
-        try:  # non-blocking: a client that cannot take a few hundred bytes gets none
-            conn.sock.send(data)
-        except OSError:
-            pass
-
-    def _refuse(self, conn: _Conn, status: int, message: str) -> None:
+    def _refuse(self, conn: _Conn, status: int, message: str) -> bool:
+        """Answer ``status`` (JSON, ``Connection: close``); False: gthread then closes."""
         reason = _REASONS[status]
         body = json.dumps({"error": reason, "message": message, "status": status}).encode()
-        self._send(conn, (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body)
+        _send(conn, (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body)
         self.log.info("%s %s: %s", conn.client[0] if conn.client else "-", status, message)
-        self._forget(conn)
-        self.linger(conn)
-
-    def _forget(self, conn: _Conn) -> None:
-        """Stop reading ``conn`` (it no longer counts as a connection of this worker)."""
-        if self._reading.pop(conn, None) is not None:
-            self.poller.unregister(conn.sock)
-        self.nr_conns -= 1
+        conn.rbuf.clear()
+        return False
 
     # ---------------------------------------------------------------- closing
     def linger(self, conn: _Conn) -> None:
@@ -363,27 +377,41 @@ class BufferedThreadWorker(ThreadWorker):
 
     # ---------------------------------------------------------------- deadlines
     def murder_pending(self) -> None:
-        """Called by gunicorn's loop about once a second: requests past their deadline get 408;
-        connections lingering after a close are closed after 2 s.  While stopping, a connection
-        that has sent nothing yet is kept at most gunicorn's kept-alive linger."""
+        """Called by gthread's loop about once a second: a request past its deadline gets 408
+        (a connection that sent nothing is just closed); connections lingering after a close
+        are closed after 2 s.  While stopping, a connection that has sent nothing yet is kept at
+        most gthread's kept-alive linger."""
         super().murder_pending()
         now = time.monotonic()
-        for conn, deadline in list(self._reading.items()):
+        for conn in list(self._reading):
             if not self.alive and not conn.rbuf and not conn.drop:
-                deadline = self._reading[conn] = min(deadline, now + STOP_KEEPALIVE_LINGER)
-            if deadline > now:
+                conn.deadline = min(conn.deadline, now + STOP_KEEPALIVE_LINGER)
+            if conn.deadline > now:
                 continue
+            del self._reading[conn]
+            self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
             if conn.rbuf or conn.drop:
                 self._refuse(conn, 408, f"the request did not arrive whole within {self.request_timeout:g} s")
-            else:  # nothing was asked: closed without an answer
-                self._forget(conn)
+                self.linger(conn)
+            else:
                 conn.sock.close()
         for conn, deadline in list(self._lingering.items()):
             if deadline <= now:
                 self._close_lingering(conn)
 
 
+def _send(conn: _Conn, data: bytes) -> None:
+    """Send without waiting: a client that cannot take a few hundred bytes gets none."""
+    try:
+        conn.sock.send(data)
+    except OSError:
+        pass
+
+
 def _refusal_message(status: int, worker: BufferedThreadWorker) -> str:
+    if status == 414:
+        return f"request lines longer than {worker.cfg.limit_request_line} bytes are refused"
     if status == 431:
         return f"request heads longer than {worker.max_head} bytes are refused"
     return f"request bodies larger than {worker.max_body} bytes are refused"
