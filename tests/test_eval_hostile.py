@@ -45,6 +45,7 @@ REPLIES = {
     "badjson": ("application/json", b'{"id": "x", "choices": [{"message": {"role": "assist'),
     "nullmessage": ("application/json", json.dumps(_completion(None)).encode()),
     "html": ("text/html; charset=utf-8", b"<!DOCTYPE html><html><body><h1>Welcome to nginx!</h1></body></html>"),
+    "error200": ("application/json", b'{"error": {"message": "model not loaded"}}'),
     "nofunction": ("application/json", json.dumps(_completion(
         {"role": "assistant", "content": None, "tool_calls": [{"id": "call_0", "type": "function"}]})).encode()),
     "huge": ("application/json", json.dumps(_completion(
@@ -96,6 +97,8 @@ def _lines(path):
     ("badjson", r"the reply \(HTTP 200, application/json\) is not JSON: .*it begins '\{\"id\": \"x\""),
     ("nullmessage", r"the reply's choices\[0\]\.message is null, not a message object"),
     ("html", r"the reply \(HTTP 200, text/html\) is not JSON \(a web page: does --base-url name the API root"),
+    ("error200", (r"the reply is not a chat completion \(no choices list; keys \['error'\], error \{\"message\": "
+                 r"\"model not loaded\"\}\)")),
 ])
 def test_a_reply_that_is_no_chat_completion_fails_its_episode_and_the_run_goes_on(panel, server, tmp_path, case,
                                                                                   reason):

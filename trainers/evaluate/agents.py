@@ -381,13 +381,16 @@ def _completion_message(raw: Any, where: str) -> tuple[Mapping[str, Any] | None,
         raise AgentError(f"{where}: the reply (HTTP {raw.status_code}, {kind}) is not JSON{hint}: {exc}; "
                          f"it begins {body!r}") from None
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
-        what = f"a JSON {type(data).__name__}" if not isinstance(data, dict) else f"keys {sorted(data)[:10]}"
+        what = (f"a JSON {type(data).__name__}" if not isinstance(data, dict) else
+                f"keys {sorted(data)[:10]}" + (f", error {json.dumps(data['error'])}" if "error" in data else ""))
         raise AgentError(_clip(f"{where}: the reply is not a chat completion (no choices list; {what})", ERROR_CHARS))
     usage = _usage(data.get("usage"))
     if not data["choices"]:
         return None, usage
     choice = data["choices"][0]
-    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(choice, dict):
+        raise AgentError(f"{where}: the reply's choices[0] is {_json_kind(choice)}, not a choice object")
+    message = choice.get("message")
     if not isinstance(message, dict):
         raise AgentError(f"{where}: the reply's choices[0].message is {_json_kind(message)}, not a message object")
     return message, usage
