@@ -193,6 +193,7 @@ def register_family(family: Family) -> Family:
     """
     import gymnasium as gym
 
+    from agent_envs.registration import ENV_IDS
     from rubrics.channels import register_schema
     from rubrics.templates import register_templates
 
@@ -207,6 +208,7 @@ def register_family(family: Family) -> Family:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=True)
         _BY_ENV[env_id] = family.name
+    ENV_IDS.update(family.envs)
     _FAMILIES[family.name] = family
     return family
 

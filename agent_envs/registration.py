@@ -34,10 +34,11 @@ FAMILY_MODULES: tuple[str, ...] = (
 #: (``[project.entry-points."rubricgym.families"] name = "package.module:FAMILY"``).
 ENTRY_POINT_GROUP = "rubricgym.families"
 
-#: Environment id -> entry point, of every registered family (filled by :func:`register_envs`).
+#: Environment id -> entry point, of every registered family (filled as families register).
 ENV_IDS: dict[str, str] = {}
 
-_REGISTERING: list[bool] = []
+#: ``"started"`` once :func:`register_envs` began (it runs once per process).
+_STATE: set[str] = set()
 
 
 def register_envs() -> None:
@@ -52,20 +53,16 @@ def register_envs() -> None:
     suite runs Gymnasium's full ``check_env`` on the environments instead; pass
     ``gym.make(..., disable_env_checker=False)`` to add the passive checker anyway.
     """
-    if ENV_IDS or _REGISTERING:
+    if "started" in _STATE:
         return
     import importlib.metadata
 
     from agent_envs.family import load_entry, register_family
 
-    _REGISTERING.append(True)
-    try:
-        specs = list(FAMILY_MODULES) + [ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
-        for spec in specs:
-            family = register_family(load_entry(spec))
-            ENV_IDS.update(family.envs)
-    finally:
-        _REGISTERING.clear()
+    _STATE.add("started")
+    specs = list(FAMILY_MODULES) + [ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    for spec in specs:
+        register_family(load_entry(spec))
 
 
 def make_env(env: Any, env_kwargs: Mapping[str, Any] | None = None) -> Any:

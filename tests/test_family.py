@@ -28,6 +28,7 @@ def _forget_toy_families():
         fam = registry._FAMILIES.pop(name)
         for env_id in fam.envs:
             registry._BY_ENV.pop(env_id, None)
+            agent_envs.ENV_IDS.pop(env_id, None)
             gym.registry.pop(env_id, None)
     for table in (channels._SCHEMAS, templates._GIVEN):
         for name in [n for n in table if n.startswith(("toyfam", "other", "third"))]:
@@ -72,7 +73,7 @@ def test_a_registered_family_reaches_gymnasium_rubrics_tools_and_the_arena() -> 
 
     fam = register_family(_toy())
     assert register_family(_toy()) == fam  # the same record again: a no-op
-    assert "ToyFam-Rubric-v0" in gym.registry
+    assert "ToyFam-Rubric-v0" in gym.registry and "ToyFam-Rubric-v0" in agent_envs.ENV_IDS
     assert list(channel_schema("toyfam")) == ["opened", "solved"]
     assert load_template("toyfam", "toy").vocabulary == ("opened", "solved")
     assert kinds_of("ToyFam-Rubric-v0") == ("open",)
