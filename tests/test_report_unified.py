@@ -144,7 +144,11 @@ def test_one_report_reads_trainer_and_arena_runs_alike(tmp_path: Path) -> None:
     text = summary_text(arun)
     assert "validation success by update: " + ", ".join(
         f"{u}: {s:.3f}" for u, s in enumerate(a_own[("grpo", 0)]["success"])) in text
-    assert f"L5 (mean of the last five evaluations): {a_own[('grpo', 0)]['L5']:.3f}" in text
+    # two evaluations after update 0: the L5 line names what it averaged
+    n_after = len(a_own[("grpo", 0)]["success"]) - 1
+    assert n_after == 2 and "L5 (mean of the last five" not in text
+    assert (f"mean validation success of the 2 evaluation(s) after update 0 (L5 would average five): "
+            f"{a_own[('grpo', 0)]['L5']:.3f}") in text
     png, _ = write_run_report(arena_dirs[("grpo", 0)])
     assert png.stat().st_size > 1000
 
@@ -263,15 +267,48 @@ def test_curves_axes_read_as_rates_and_whole_updates() -> None:
     ticks at updates 0.5, 1.5, ...; the training games before/after RL were missing."""
     from trainers.report import curves_figure
 
-    run = {"name": "demo", "eval": [{"update": u, "success": 0.0} for u in (0, 2, 4)],
+    run = {"name": "demo", "eval": [{"update": u, "success": 0.0, "episodes": 4} for u in (0, 2, 4)],
            "train": [{"update": u, "train/success": 0.0, "opt/loss": 0.1 * u, "credit/adv_std": 1.0} for u in (1, 2, 3, 4)],
-           "summary": {"train_games_eval": {"before": {"success": 0.25}, "after": {"success": 0.5}}}}
+           "summary": {"train_games_eval": {"before": {"success": 0.25, "episodes": 8},
+                                            "after": {"success": 0.5, "episodes": 8}}}}
     fig = curves_figure([run])
-    val, train = fig.axes[0], fig.axes[1]
+    games, val, train = fig.axes[0], fig.axes[1], fig.axes[2]
     for ax in (val, train):
         assert ax.get_ylim() == (-0.02, 1.02)
     for ax in fig.axes:
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
-    (games,) = [ln for ln in train.get_lines() if "before/after RL" in ln.get_label()]
-    assert list(games.get_xdata()) == [0, 4] and list(games.get_ydata()) == [0.25, 0.5]
+    # what the run showed leads: the training games won before -> after RL, as counts
+    assert len(fig.axes) == 5 and "training games won" in games.get_title()
+    assert [p.get_height() for p in games.patches] == [0.25, 0.5]
+    assert [t.get_text() for t in games.texts] == ["2/8", "4/8"]
+    # the flat validation curve says that it is flat
+    assert [t.get_text() for t in val.texts] == ["unchanged: 0/4 won in all 3 evaluations"]
+    # without training games: the four curves, validation first
+    del run["summary"]
+    assert [ax.get_title() for ax in curves_figure([run]).axes][:2] == ["validation success", "training success (rollouts)"]
+
+
+def test_the_summary_leads_with_what_the_run_showed(tmp_path) -> None:
+    """The summary used to open with validation 0.000 → 0.000 and "L5 (mean of the last five
+    evaluations)" computed from two, and gave the training games on line 10 as 0.250 → 0.500."""
+    import json
+
+    from trainers.report import load_run, summary_text
+
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = [{"update": u, "phase": "eval", "success": 0.0, "score": 0.0, "episodes": 4} for u in (0, 2, 4)]
+    recs += [{"update": u, "phase": "train", "train/success": 0.25, "time/update_s": 1.0} for u in (1, 2, 3, 4)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (run / "summary.json").write_text(json.dumps({"train_games_eval": {
+        "before": {"success": 0.25, "score": 0.3, "episodes": 8}, "after": {"success": 0.5, "score": 0.55, "episodes": 8}}}))
+    lines = summary_text(load_run(run)).splitlines()
+    assert lines[1].startswith("training games won before → after the RL phase: 2/8 → 4/8 ")
+    assert lines[2] == "validation games won before training → after update 4: 0/4 → 0/4 (unchanged; 3 evaluations)"
+    assert "mean validation success of the 2 evaluation(s) after update 0 (L5 would average five): 0.000" in lines
+    recs = [{"update": u, "phase": "eval", "success": 0.1 * u, "episodes": 10} for u in range(6)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = summary_text(load_run(run))
+    assert "L5 (mean of the last five evaluations): 0.300" in text  # (0.1 + ... + 0.5) / 5
+    assert "validation games won before training → after update 5: 0/10 → 5/10 (changed; 6 evaluations)" in text

@@ -67,6 +67,7 @@ __all__ = [
     "setting_id",
     "summarize",
     "summary_text",
+    "won",
     "write_markdown",
     "write_report",
     "write_run_report",
@@ -690,22 +691,24 @@ def plot_runs(runs: Sequence[RunInfo], path: str | os.PathLike[str]) -> Path:
 
 
 def curves_figure(runs: Sequence[RunInfo]) -> Any:
-    """The figure of :func:`plot_runs`: success rates on [0, 1], whole-number update ticks, the
-    training games before/after the RL phase beside the rollouts' success."""
+    """The figure of :func:`plot_runs`: success rates on [0, 1], whole-number update ticks.  When
+    the runs played their training games before and after the RL phase, that result leads, as
+    its own panel of won/played counts; a validation curve that never changes says so."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    panels = [
-        (axes[0, 0], "eval", "success", "validation success"),
-        (axes[0, 1], "train", "train/success", "training success (rollouts)"),
-        (axes[1, 0], "train", "opt/loss", "loss"),
-        (axes[1, 1], "train", "credit/adv_std", "advantage std (credit)"),
-    ]
-    for ax, phase, key, title in panels:
+    games = [(run, g) for run in runs if (g := _training_games(run)) is not None]
+    fig, grid = plt.subplots(2, 3 if games else 2, figsize=(15 if games else 11, 7))
+    axes = list(grid.flat)
+    if games:
+        _plot_training_games(axes.pop(0), games)
+        fig.delaxes(axes.pop())  # five panels on a 2 × 3 grid
+    panels = [("eval", "success", "validation success"), ("train", "train/success", "training success (rollouts)"),
+              ("train", "opt/loss", "loss"), ("train", "credit/adv_std", "advantage std (credit)")]
+    for ax, (phase, key, title) in zip(axes, panels):
         for run in runs:
             pts = [(r["update"], r[key]) for r in run[phase] if r.get(key) is not None]
             if pts:
@@ -717,29 +720,59 @@ def curves_figure(runs: Sequence[RunInfo]) -> Any:
         ax.grid(alpha=0.3)
         if key.endswith("success"):
             ax.set_ylim(-0.02, 1.02)  # a rate: never an axis below 0 or above 1
-    _plot_training_games(axes[0, 1], runs)
+    _note_flat_validation(axes[0], runs)
     pair_pts = [(r["update"], r["opt/pairs"]) for run in runs for r in run["train"] if r.get("opt/pairs")]
     if pair_pts:
-        ax2 = axes[1, 1].twinx()
+        ax2 = axes[3].twinx()
         xs, ys = zip(*pair_pts)
         ax2.scatter(xs, ys, s=8, color="grey", label="MCGPO pairs")
         ax2.set_ylabel("pairs / update")
-    axes[0, 0].legend(fontsize=7)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def _plot_training_games(ax: Any, runs: Sequence[RunInfo]) -> None:
-    """The training games played once before and once after the RL phase (the trainer's
-    ``train_games_eval``), as two larger markers joined by a dashed line."""
-    for run in runs:
-        games = (run.get("summary") or {}).get("train_games_eval") or {}
-        if games.get("before") and games.get("after"):
-            last = max((r["update"] for r in run["train"]), default=1)
-            ys = [games["before"].get("success", 0.0), games["after"].get("success", 0.0)]
-            ax.plot([0, last], ys, ls="--", marker="s", ms=6, color="black",
-                    label=f"{run['name']}: training games before/after RL")
-            ax.legend(fontsize=7)
+def _training_games(run: RunInfo) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """The run's training games played before and after the RL phase (``train_games_eval``)."""
+    games = (run.get("summary") or {}).get("train_games_eval") or {}
+    return (games["before"], games["after"]) if games.get("before") and games.get("after") else None
+
+
+def won(record: Mapping[str, Any], key: str = "success") -> str:
+    """Episodes won as a count, ``"2/8"`` (the rate with three decimals when the record has no
+    episode count).
+
+    >>> won({"success": 0.25, "episodes": 8}), won({"success": 0.25})
+    ('2/8', '0.250')
+    """
+    rate, n = float(record.get(key) or 0.0), record.get("episodes")
+    return f"{round(rate * n)}/{int(n)}" if n else f"{rate:.3f}"
+
+
+def _plot_training_games(ax: Any, games: Sequence[tuple[RunInfo, Any]]) -> None:
+    """The training games played once before and once after the RL phase, as bars of the
+    share won, each labelled with its count."""
+    width = 0.8 / len(games)
+    for k, (run, (before, after)) in enumerate(games):
+        xs = [k * width - 0.4 + width / 2, 1 + k * width - 0.4 + width / 2]
+        bars = ax.bar(xs, [before.get("success", 0.0), after.get("success", 0.0)], width=width * 0.9,
+                      label=run["name"])
+        ax.bar_label(bars, labels=[won(before), won(after)])
+    ax.set_xticks([0, 1], ["before RL", "after RL"])
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("share of training games won")
+    ax.set_title("training games won (same games and seeds)")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def _note_flat_validation(ax: Any, runs: Sequence[RunInfo]) -> None:
+    """Say in the validation panel when no run's validation success ever changed."""
+    evals = [run["eval"] for run in runs if run["eval"]]
+    flat = evals and all(len({e.get("success") for e in ev}) == 1 for ev in evals)
+    if flat and len(evals) == 1:
+        ev = evals[0]
+        ax.text(0.5, 0.5, f"unchanged: {won(ev[0])} won in all {len(ev)} evaluations", transform=ax.transAxes,
+                ha="center", va="center", fontsize=9, color="dimgrey")
 
 
 def summary_text(run: RunInfo) -> str:
@@ -747,11 +780,11 @@ def summary_text(run: RunInfo) -> str:
     rl_loss = (run.get("summary") or {}).get("rl_loss")
     where = f"{run.get('source', '?')} run on {run.get('env')}, "
     lines = [f"run {run['name']}  ({where}estimator {run['method']}, seed {run['seed']}" + (f", rl_loss {rl_loss})" if rl_loss else ")")]
+    lines += _result_lines(run)
     if run["eval"]:
         lines.append("validation success by update: " + ", ".join(f"{r['update']}: {r.get('success', 0):.3f}" for r in run["eval"]))
         first, last = run["eval"][0], run["eval"][-1]
-        lines.append(f"first → last validation success: {first.get('success', 0):.3f} → {last.get('success', 0):.3f}")
-        lines.append(f"L5 (mean of the last five evaluations): {run['l5']:.3f}")
+        lines.append(_l5_line(run))
         lines.append(f"normalised AUC of the success curve: {run['auc']:.3f}")
         types = sorted(k for k in last if k.startswith("success/"))
         if types:
@@ -769,12 +802,6 @@ def summary_text(run: RunInfo) -> str:
         if "val_success" in warm:
             line += f"; validation success after it: {warm['val_success']:.3f}"
         lines.append(line)
-    games = (run.get("summary") or {}).get("train_games_eval") or {}
-    if games.get("before") and games.get("after"):
-        b, a = games["before"], games["after"]
-        lines.append(f"training games (each played once at the validation temperature, same seeds) before → after the RL "
-                     f"phase: success {b.get('success', 0):.3f} → {a.get('success', 0):.3f}, score {b.get('score', 0):.3f} → "
-                     f"{a.get('score', 0):.3f} ({b.get('episodes', 0):.0f} games)")
     if run["train"]:
         t = run["train"]
         lines.append("training success by update: " + ", ".join(f"{r['update']}: {r.get('train/success', 0):.2f}" for r in t))
@@ -795,6 +822,34 @@ def summary_text(run: RunInfo) -> str:
             line += "; phases: " + ", ".join(f"{k} {v:.0f} s" for k, v in phases.items())
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def _result_lines(run: RunInfo) -> list[str]:
+    """What the run showed, first: the training games won before → after the RL phase, and
+    the validation games won before → after training, as counts."""
+    lines = []
+    games = _training_games(run)
+    if games is not None:
+        b, a = games
+        lines.append(f"training games won before → after the RL phase: {won(b)} → {won(a)} (each played once at the "
+                     f"validation temperature, same seeds; score {b.get('score', 0):.3f} → {a.get('score', 0):.3f})")
+    if run["eval"]:
+        first, last = run["eval"][0], run["eval"][-1]
+        when = "before training" if first["update"] == 0 else f"at update {first['update']}"
+        change = "unchanged" if first.get("success") == last.get("success") else "changed"
+        lines.append(f"validation games won {when} → after update {last['update']}: {won(first)} → {won(last)} "
+                     f"({change}; {len(run['eval'])} evaluations)")
+    return lines
+
+
+def _l5_line(run: RunInfo) -> str:
+    """L5, named for what it averaged: fewer than five evaluations after update 0 say so."""
+    n = sum(1 for r in run["eval"] if r["update"] > 0 and r.get("success") is not None)
+    if n == 0:
+        return "L5: none (no evaluation after update 0)"
+    if n >= 5:
+        return f"L5 (mean of the last five evaluations): {run['l5']:.3f}"
+    return f"mean validation success of the {n} evaluation(s) after update 0 (L5 would average five): {run['l5']:.3f}"
 
 
 def write_run_report(run_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
