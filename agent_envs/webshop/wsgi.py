@@ -3,7 +3,7 @@
 ``rubricgym webshop serve`` (and the Docker image's command) runs :func:`serve_production`:
 the Flask app of :func:`~agent_envs.webshop.server.create_app` under gunicorn's arbiter with
 one threaded worker, :class:`~agent_envs.webshop.http_worker.BufferedThreadWorker` (gunicorn's
-``gthread`` worker reading each request whole in its event loop before a thread takes it).
+``gthread`` worker, where a thread takes a request only once it has arrived whole).
 
 * **One process, N threads.**  Sessions live in the worker's memory
   (:class:`~agent_envs.webshop.server.SessionStore`): a second worker process would hold
@@ -20,9 +20,9 @@ one threaded worker, :class:`~agent_envs.webshop.http_worker.BufferedThreadWorke
 * **Logs.**  One access line per request on stdout (``access_log``), gunicorn's own lines on
   stderr.
 * **Slow and greedy clients.**  A request (head and body) must arrive whole within
-  ``request_timeout`` seconds, else 408 and the connection is closed; until it is whole it is
-  read by the worker's event loop, not by a thread, so clients that drip bytes hold no thread
-  (:mod:`~agent_envs.webshop.http_worker`).  A thread writes an answer with the same timeout.
+  ``request_timeout`` seconds, else 408 and the connection is closed; until it is whole the
+  connection waits in the worker's poller, and no thread ever waits on it, so clients that drip
+  bytes hold no thread (:mod:`~agent_envs.webshop.http_worker`).  A thread writes an answer with the same timeout.
   An idle keep-alive connection is closed after ``keepalive`` seconds; at most 1000 connections
   are open at once (gunicorn's ``worker_connections``).  A worker whose main loop stalls for
   ``worker_timeout`` seconds is killed and replaced (its sessions are lost).
