@@ -15,11 +15,14 @@ Configurations:
 * ``no-transition-memo``: the engine's transition memo and memoised derivations off
   (``agent_envs.alfworld.engine.transition_memo().enabled = False``);
 * ``no-disk-translations``: translations not kept on disk (``RUBRICGYM_TRANSLATION_CACHE=0``);
-* ``sequential``: the arena's former sampling (``sampling="sequential"``), every aid on.
+* ``sequential``: the arena's former sampling (``sampling="sequential"``), every aid on;
+* ``text``: the text-only policy setting (``policy="text"``: features from what an LLM agent's
+  prompt shows, :mod:`trainers.arena.text_features`), every aid on (its L5 differs: another policy).
 
 Usage::
 
-    python bench/arena_alfworld_run.py                 # all four (about 5 min on 2 idle cores)
+    python bench/arena_alfworld_run.py                 # all five (about 6 min on 2 idle cores)
+    python bench/arena_alfworld_run.py all text        # the text-only policy's cost beside the default's
     python bench/arena_alfworld_run.py all no-transition-memo
 """
 
@@ -36,7 +39,7 @@ import json, sys, time
 from trainers.arena.runner import ArenaConfig, prepare_generated_games, run_one
 from agent_envs.alfworld import engine
 name, out = sys.argv[1], sys.argv[2]
-kw = {"sampling": "sequential"} if name == "sequential" else {}
+kw = {"sequential": {"sampling": "sequential"}, "text": {"policy": "text"}}.get(name, {})
 cfg = ArenaConfig.for_env("alfworld-generated", **kw)
 prepare_generated_games(cfg)
 if name == "no-transition-memo":
@@ -50,7 +53,7 @@ res.append(engine.transition_memo().stats())
 print(json.dumps(res))
 """
 
-CONFIGS = ("all", "no-transition-memo", "no-disk-translations", "sequential")
+CONFIGS = ("all", "no-transition-memo", "no-disk-translations", "sequential", "text")
 
 
 def main() -> None:

@@ -41,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchEval", "DecisionFeatures", "Featurizer", "LinearSoftmaxPolicy", "action_noise", "segment_softmax"]
+__all__ = ["POLICIES", "BatchEval", "DecisionFeatures", "Featurizer", "LinearSoftmaxPolicy", "action_noise",
+           "make_featurizer", "segment_softmax"]
 
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
@@ -432,6 +433,15 @@ class Featurizer:
             feats[f"proc|{tt}|{rec}|{verb}|{o}|{signature}"] = 1.0
         return feats
 
+    def turn_decision(self, turn: Any, *, goal: str, actions: Sequence[str], task: Mapping[str, Any] | None = None,
+                      task_type: str = "-") -> DecisionFeatures:
+        """:meth:`decision` of an episode's turn (:class:`~agent_envs.rollout.Turn`): its observation,
+        pre-action rubric status (``turn.info["rubric"]``) and earlier actions, with the task's
+        ``task`` and ``task_type``."""
+        return self.decision(goal=goal, task_type=task_type, observation=str(turn.observation), actions=actions,
+                             rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history],
+                             task=task)
+
     def decision(
         self,
         *,
@@ -498,6 +508,27 @@ class Featurizer:
             values=np.asarray(val, dtype=np.float64),
             owner=np.asarray(own, dtype=np.int64),
         )
+
+
+#: The arena's policy settings (``rubricgym arena --policy``): ``rubric``, :class:`Featurizer` (the
+#: rubric channels and the task's parsed spec beside the text); ``text``,
+#: :class:`~trainers.arena.text_features.TextFeaturizer` (only what an LLM agent's prompt shows).
+POLICIES = ("rubric", "text")
+
+
+def make_featurizer(policy: str, dim: int) -> Any:
+    """The featurizer of a policy setting of :data:`POLICIES` (both have ``turn_decision``).
+
+    Raises:
+        ValueError: an unknown policy setting.
+    """
+    if policy == "rubric":
+        return Featurizer(dim)
+    if policy == "text":
+        from trainers.arena.text_features import TextFeaturizer
+
+        return TextFeaturizer(dim)
+    raise ValueError(f"unknown arena policy {policy!r}; choose one of {', '.join(POLICIES)}")
 
 
 def segment_softmax(scores: np.ndarray, starts: np.ndarray, seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -59,7 +59,7 @@ from agent_envs.tasks import select_tasks, train_val_tasks
 from rubrics.trajectory import Trajectory
 from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.objective import Adam, decision_loss
-from trainers.arena.policy import DecisionFeatures, Featurizer, LinearSoftmaxPolicy
+from trainers.arena.policy import DecisionFeatures, Featurizer, LinearSoftmaxPolicy, make_featurizer
 from trainers.arena.variants import MethodSpec, degrade_advantages, resolve_method
 from trainers.metrics import run_identity, upgrade_record
 from trainers.settings import (
@@ -87,6 +87,7 @@ __all__ = [
     "arena_envs",
     "completed_run",
     "expand_actions",
+    "game_draw",
     "make_arena_env",
     "matching_keys",
     "play_groups",
@@ -105,6 +106,10 @@ log = logging.getLogger(__name__)
 
 #: How the arena uses one environment: declared by its family (:class:`agent_envs.family.ArenaPreset`).
 EnvPreset = ArenaPreset
+
+#: Generator seed of seed 0's games with ``--fresh-games`` (seed k: this + k; the fixed games are
+#: generator seed 0's).
+FRESH_GAMES_SEED = 1000
 
 #: Named environments of ``rubricgym arena --env``: every registered family's arena presets.
 ENV_PRESETS: dict[str, EnvPreset] = {name: p for fam in families() for name, p in fam.arena.items()}
@@ -162,6 +167,12 @@ class ArenaConfig:
                    "exactly from the softmax.")
     max_steps: int | None = setting(None, "Episode horizon (None: the environment preset's).", ge=1)
     dim: int = setting(2**18, "Hashed feature dimension of the linear policy.", ge=1)
+    policy: Literal["rubric", "text"] = setting(
+        "rubric", "What the linear policy's features read: rubric (the goal, observation, actions and whole action "
+                  "history, plus the rubric channels of info['rubric'] and the task's parsed spec, e.g. ALFWorld's "
+                  "target and destination) or text (only what an LLM agent's prompt shows: the goal sentence, the "
+                  "observation, the admissible actions and the last two (observation, action) pairs; "
+                  "trainers.arena.text_features).")
     estimator_params: YamlDict = setting({}, "Extra estimator parameters applied to every method, a YAML mapping "
                                              "(e.g. '{gamma: 0.95}').")
     scpo_scorer: Annotated[str, tyro.conf.arg(aliases=("--scorer",))] = setting(
@@ -172,6 +183,11 @@ class ArenaConfig:
                                "speed, never results).")
     fast_grammar: bool = setting(True, "Memoise TextWorld's grammar parsing in this process "
                                        "(agent_envs.alfworld.fast_grammar; ALFWorld steps 2-3x faster, same outputs).")
+    fresh_games: bool = setting(
+        False, "Draw each seed's training, validation and warm-start games from its own draw (game_draw): "
+               "generated games of generator seed FRESH_GAMES_SEED + seed (alfworld-generated), else a seed's own "
+               "order of the splits' tasks (WebShop goals, ALFWorld's games), so the intervals cover games as well "
+               "as sampling.  Off: every seed plays the same games (generator seed 0, the fixed task order).")
     validate_on_train: bool = setting(False, "Validate on the first val_tasks training tasks instead of held-out "
                                              "ones (measures learning of the training set, not generalisation).")
     task_types: list[str] | None = setting(None, "ALFWorld only: restrict the split to these task types "
@@ -279,8 +295,18 @@ class DecisionRecord:
 _ENV_CACHE: dict[str, EnvPool] = {}
 
 
-def arena_envs(cfg: ArenaConfig) -> EnvPool:
-    """The environments of ``cfg``: an in-process :class:`~agent_envs.rollout.EnvPool`, one
+def game_draw(cfg: ArenaConfig, seed: int | None) -> int | None:
+    """The games a run of ``seed`` draws: ``None`` (the fixed games) unless ``cfg.fresh_games``,
+    else ``FRESH_GAMES_SEED + seed`` (the generator seed of generated games, else the
+    ``draw`` of :func:`agent_envs.tasks.task_pool`)."""
+    if not cfg.fresh_games or seed is None:
+        return None
+    return FRESH_GAMES_SEED + int(seed)
+
+
+def arena_envs(cfg: ArenaConfig, seed: int | None = None) -> EnvPool:
+    """The environments of ``cfg`` (of a run of ``seed``: with ``cfg.fresh_games`` a generated
+    environment generates that seed's games): an in-process :class:`~agent_envs.rollout.EnvPool`, one
     per (environment, arguments) per process, reused across runs (an environment's episodes
     depend only on the task and the actions).
 
@@ -295,6 +321,8 @@ def arena_envs(cfg: ArenaConfig) -> EnvPool:
     kwargs["max_steps"] = cfg.horizon
     if preset.generated_n is not None:
         kwargs["generated_n"] = max(preset.generated_n, cfg.n_tasks_needed)
+        if game_draw(cfg, seed) is not None:
+            kwargs["generated_seed"] = game_draw(cfg, seed)
     if cfg.task_types is not None and "task_types" not in preset.env_settings:
         raise ValueError(f"ArenaConfig.task_types does not apply to {preset.env_id} (its arena preset does not "
                          "pass task types)")
@@ -318,9 +346,9 @@ def arena_envs(cfg: ArenaConfig) -> EnvPool:
     return pool
 
 
-def make_arena_env(cfg: ArenaConfig) -> Any:
+def make_arena_env(cfg: ArenaConfig, seed: int | None = None) -> Any:
     """Environment 0 of :func:`arena_envs` (for the task lists)."""
-    pool = arena_envs(cfg)
+    pool = arena_envs(cfg, seed)
     if 0 not in pool.local:  # an in-process pool makes its environments on first use
         pool.local[0] = pool.env()
     return pool.local[0]
@@ -428,10 +456,8 @@ class ArenaPolicy:
         actions = expand_actions(turn.info.get("admissible_actions") or [], goal)
         if not actions:
             raise RuntimeError(f"task {task.get('id')!r}: the environment offers no admissible action")
-        decision = self.featurizer.decision(
-            goal=goal, task_type=self.task_types[key], observation=str(turn.observation), actions=actions,
-            rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history], task=task,
-        )
+        decision = self.featurizer.turn_decision(turn, goal=goal, actions=actions, task=task,
+                                                 task_type=self.task_types[key])
         if self.temperature == 0:  # greedy: the first of the highest-scoring actions (log π_old at T = 1)
             logp = self.policy.log_probabilities(decision)
             k = int(np.argmax(logp))
@@ -619,10 +645,8 @@ def warm_start(
     for _k, d in replay_walkthroughs(envs, tasks, [0] * len(tasks), split=cfg.preset.train_split,
                                      chunk=cfg.rollout.group_size, admissible=_expanded_actions):
         task = d.first_info.get("task") or {}
-        decisions.append(featurizer.decision(
-            goal=str(task.get("goal", "")), task_type=str(task.get("type", "-")),
-            observation=str(d.turn.observation), actions=d.actions, rubric=d.turn.info.get("rubric"),
-            history=[action for _obs, action in d.turn.history], task=d.turn.info.get("task")))
+        decisions.append(featurizer.turn_decision(d.turn, goal=str(task.get("goal", "")), actions=d.actions,
+                                                  task=d.turn.info.get("task"), task_type=str(task.get("type", "-"))))
         chosen.append(d.index)
     if not decisions:
         raise ValueError(f"warm_start: no walkthrough found for the {len(tasks)} training tasks of {cfg.env}")
@@ -639,13 +663,19 @@ def warm_start(
     return {"demo_rows": float(n), "demo_logp": float(final.logp.mean())}
 
 
-def warm_start_tasks(env: Any, cfg: ArenaConfig) -> list[Any]:
+def warm_start_tasks(env: Any, cfg: ArenaConfig, seed: int | None = None) -> list[Any]:
     """The ``cfg.warm_start.warm_start_tasks`` behaviour-cloning tasks: the positions of the training split
     after the RL pool (and after the validation set when it shares the split), so cloned
     tasks are never trained on with RL nor validated on."""
     preset = cfg.preset
     offset = cfg.schedule.train_tasks + (cfg.schedule.val_tasks if preset.val_split == preset.train_split else 0)
-    return select_tasks(env, preset.train_split, cfg.warm_start.warm_start_tasks, offset)
+    return select_tasks(env, preset.train_split, cfg.warm_start.warm_start_tasks, offset, draw=_task_draw(cfg, seed))
+
+
+def _task_draw(cfg: ArenaConfig, seed: int | None) -> int | None:
+    """The ``draw`` of the task order (:func:`game_draw`; ``None`` for generated games, whose
+    draw is the generator seed)."""
+    return None if cfg.preset.generated_n is not None else game_draw(cfg, seed)
 
 
 # ------------------------------------------------------------------------------- one run
@@ -725,12 +755,13 @@ def _keep(table: dict[Any, Any], key: Any, value: Any) -> Any:
     return value
 
 
-def _warm_started(policy: LinearSoftmaxPolicy, env: Any, cfg: ArenaConfig, featurizer: Featurizer) -> dict[str, float]:
-    """:func:`warm_start` of ``policy``, run once per process and setting."""
-    key = _setting_key(cfg)
+def _warm_started(policy: LinearSoftmaxPolicy, env: Any, cfg: ArenaConfig, featurizer: Featurizer,
+                  seed: int | None = None) -> dict[str, float]:
+    """:func:`warm_start` of ``policy``, run once per process, setting and games (:func:`game_draw`)."""
+    key = f"{_setting_key(cfg)}|{game_draw(cfg, seed)}"
     hit = _warm_starts.get(key)
     if hit is None:
-        stats = warm_start(policy, arena_envs(cfg), cfg, warm_start_tasks(env, cfg), featurizer)
+        stats = warm_start(policy, arena_envs(cfg, seed), cfg, warm_start_tasks(env, cfg, seed), featurizer)
         hit = _keep(_warm_starts, key, (policy.weights.copy(), stats))
     policy.weights[:] = hit[0]
     return dict(hit[1])
@@ -749,16 +780,16 @@ def _evaluate_once(envs: EnvPool, cfg: ArenaConfig, val_set: Sequence[Any], val_
     return copy.deepcopy(hit)
 
 
-def _task_sets(env: Any, cfg: ArenaConfig) -> tuple[list[Any], list[Any], str | None]:
-    """(training pool, validation tasks, validation split) of a run."""
-    preset = cfg.preset
+def _task_sets(env: Any, cfg: ArenaConfig, seed: int | None = None) -> tuple[list[Any], list[Any], str | None]:
+    """(training pool, validation tasks, validation split) of a run of ``seed``."""
+    preset, draw = cfg.preset, _task_draw(cfg, seed)
     if cfg.validate_on_train:
         if cfg.schedule.val_tasks > cfg.schedule.train_tasks:
             raise ValueError("validate_on_train needs val_tasks <= train_tasks")
-        train_pool = select_tasks(env, preset.train_split, cfg.schedule.train_tasks)
+        train_pool = select_tasks(env, preset.train_split, cfg.schedule.train_tasks, draw=draw)
         return train_pool, train_pool[: cfg.schedule.val_tasks], preset.train_split
     train_pool, val = train_val_tasks(env, preset.train_split, preset.val_split, train_n=cfg.schedule.train_tasks,
-                                      val_n=cfg.schedule.val_tasks)
+                                      val_n=cfg.schedule.val_tasks, draw=draw)
     return train_pool, val, preset.val_split
 
 
@@ -875,13 +906,13 @@ def _run_one(cfg: ArenaConfig, method: str, seed: int, out_dir: str | os.PathLik
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics_path = run_dir / "metrics.jsonl"
     tmp_path = run_dir / "metrics.jsonl.partial"
-    envs, env = arena_envs(cfg), make_arena_env(cfg)
-    train_pool, val_set, val_split = _task_sets(env, cfg)
-    featurizer = Featurizer(cfg.dim)
+    envs, env = arena_envs(cfg, seed), make_arena_env(cfg, seed)
+    train_pool, val_set, val_split = _task_sets(env, cfg, seed)
+    featurizer = make_featurizer(cfg.policy, cfg.dim)
     policy = LinearSoftmaxPolicy(cfg.dim)
     warm: dict[str, float] = {}
     if cfg.warm_start.warm_start_tasks:
-        warm = _warm_started(policy, env, cfg, featurizer)
+        warm = _warm_started(policy, env, cfg, featurizer, seed)
     reference = policy.copy()
     rule = cfg.update_rule()
     scaler = AdvantageScaler.from_config(rule)
@@ -1042,13 +1073,13 @@ def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
     os._exit(1)
 
 
-def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
+def prepare_generated_games(cfg: ArenaConfig, seeds: Sequence[int] = ()) -> list[Path]:
     """Generate (or find) the game cache a generated-ALFWorld setting plays, in this process.
 
     Call it in the parent before worker processes start: otherwise every worker would
     generate the same cache at once on first use.  Uses the same ``n``, seed and task types
-    as :func:`make_arena_env` passes to the environment; returns ``[]`` for other
-    environments.
+    as :func:`make_arena_env` passes to the environment (with ``cfg.fresh_games``, every one
+    of ``seeds``' generator seeds); returns ``[]`` for other environments.
     """
     preset = cfg.preset
     if preset.generated_n is None:
@@ -1056,7 +1087,8 @@ def prepare_generated_games(cfg: ArenaConfig) -> list[Path]:
     from agent_envs.alfworld.generator import ensure_generated
 
     n = max(preset.generated_n, cfg.n_tasks_needed)
-    return [Path(p) for p in ensure_generated(n=n, seed=0, task_types=cfg.task_types)]
+    draws = sorted({game_draw(cfg, s) for s in seeds} - {None}) if cfg.fresh_games else [0]
+    return [Path(p) for d in draws for p in ensure_generated(n=n, seed=d, task_types=cfg.task_types)]
 
 
 def _validation_mode(cfg: ArenaConfig) -> str:
@@ -1122,7 +1154,7 @@ def run_arena(
     )
     seed_jobs = [[(cfg.to_dict(), m, int(s), str(out)) for m in methods] for s in seeds]
     t0 = time.perf_counter()
-    prepare_generated_games(cfg)  # once, here, before any worker process needs the games
+    prepare_generated_games(cfg, seeds)  # once, here, before any worker process needs the games
     if workers <= 1:
         for job in (job for jobs in seed_jobs for job in jobs):
             method, seed, end = _run_job(job)
