@@ -53,3 +53,22 @@ def test_seeds_needed_inverts_mde() -> None:
     assert mde(10.0, n) <= 5.0 < mde(10.0, n - 1)
     assert n == 34  # and the issue's "~40 seeds" for a paired SD of 11 points:
     assert seeds_needed(sd=11.0, delta=5.0) == 40
+
+
+def test_wilson_bounds_are_exact_at_none_and_all() -> None:
+    """0 of 6 gave a lower bound of 2.78e-17 (and 10 of 10 an upper bound of 1 − 1e-16), which
+    results.json carried; Wilson's interval is exactly 0 (1) there."""
+    from trainers.stats import proportion_interval
+
+    for n in range(1, 60):
+        assert proportion_interval(0, n)[0] == 0.0 and proportion_interval(n, n)[1] == 1.0
+    assert proportion_interval(0, 6)[1] == pytest.approx(0.390334, abs=1e-6)
+    assert 0 < proportion_interval(1, 6)[0] < proportion_interval(1, 6)[1] < 1
+
+
+def test_reports_write_results_json_without_float_noise() -> None:
+    from trainers.report import clean_floats
+
+    assert clean_floats({"lo": 2.7755575615628914e-17, "hi": 0.9999999999999999, "d": [0.1 + 0.2, -1e-15]}) == {
+        "lo": 0.0, "hi": 1.0, "d": [0.3, 0.0]}
+    assert math.isnan(clean_floats(float("nan")))

@@ -155,3 +155,30 @@ def test_the_run_summary_is_printed_as_written_off_a_terminal(tmp_path):
     print_run_summary(Console(file=out, width=80, force_terminal=False), run)
     printed = out.getvalue().splitlines()
     assert printed[0] == f"done: run folder {run}" and printed[1:] == lines
+
+
+def test_optional_flags_show_their_type_not_tyros_none_choice(capsys):
+    """`rubricgym arena --help` showed `--seeds {None}|STR` and `-j {None}|INT`."""
+    text = _help(capsys, parse_arena_args, [])
+    assert "{None}" not in text
+    assert "--seeds STR" in text and "--baseline STR" in text and "-j INT, --workers INT" in text
+    assert "--max-steps INT" in text
+    cmd = parse_arena_args(["--seeds", "0-2", "-j", "2", "--max-steps", "7"])
+    assert (cmd.seeds, cmd.workers, cmd.setting.max_steps) == ("0-2", 2, 7)
+    assert parse_arena_args([]).seeds is None  # not given: the default
+
+
+def test_every_command_takes_h_and_rubricgym_alone_prints_help():
+    """`rubricgym -h` and `rubricgym eval -h` said "No such option: -h" (train -h worked), and
+    `rubricgym` alone printed the help and exited 2."""
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
+    runner = CliRunner()
+    for args in ([], ["-h"], ["--help"], ["eval", "-h"], ["report", "-h"], ["data", "-h"], ["train", "-h"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output)
+        assert "Usage" in result.output or "usage" in result.output, (args, result.output)
+    top = runner.invoke(app, []).output
+    assert "train" in top and "arena" in top and "eval" in top  # the commands are listed

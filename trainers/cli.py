@@ -32,9 +32,9 @@ __all__ = ["app", "main"]
 app = typer.Typer(
     name="rubricgym",
     help="Rubric-channel environments, group credit estimators and an RL trainer for LLM agents.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # every command inherits -h
 )
 data_app = typer.Typer(help="Install or inspect third-party data sets.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
@@ -57,11 +57,15 @@ COMMAND_MODULES = (
 PROGRESS_LOGGERS = ("trainers", "agent_envs.alfworld.generator")
 
 
-@app.callback()
+@app.callback(invoke_without_command=True)
 def _root(
+    ctx: typer.Context,
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug)."),
 ) -> None:
     """Rubric-channel environments, group credit estimators and an RL trainer for LLM agents."""
+    if ctx.invoked_subcommand is None:  # `rubricgym` alone: the help, and success
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for name in PROGRESS_LOGGERS:  # a command's progress shows without -v (off a terminal: its only output)

@@ -20,8 +20,9 @@ Readouts (:mod:`trainers.stats`, the statistics of every report), from the ``eva
 records (the last per update):
 
 * **L5** = mean validation success over the last five scheduled evaluations [MCGPO Eq. 14]
-  (over all of them when a run has fewer than five); the evaluation before the first update
-  is not scheduled and never counts;
+  (over all of them when a run has fewer than five: then it is the mean of that many, and
+  every report says which entered it, :func:`l5_updates` and :func:`l5_wording`); the evaluation before the first
+  update is not scheduled and never counts;
 * **normalised AUC** = the trapezoidal area under the success curve (update 0, the
   untrained policy, included) divided by the span of updates — the mean success over
   training on a 0–1 scale;
@@ -58,7 +59,10 @@ __all__ = [
     "READOUTS",
     "RUN_DIR_PATTERN",
     "RunInfo",
+    "clean_floats",
     "find_runs",
+    "l5_updates",
+    "l5_wording",
     "load_run",
     "plot_curves",
     "plot_diagnostics",
@@ -175,6 +179,30 @@ def readouts(evals: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         "score_L5": l5(ups, score) if scheduled else float("nan"),
         "invalid_rate": float(np.mean(inv)),
     }
+
+
+def l5_updates(evals: Sequence[Mapping[str, Any]], window: int = 5) -> list[int]:
+    """The updates whose evaluations enter L5: the last ``window`` scheduled ones (after update 0).
+
+    >>> l5_updates([{"update": u, "success": 0.5} for u in (0, 4, 8, 12)])
+    [4, 8, 12]
+    """
+    return sorted({int(e["update"]) for e in evals if e.get("success") is not None and e["update"] > 0})[-window:]
+
+
+def l5_wording(updates: Sequence[int]) -> str:
+    """What L5 averaged, in words (fewer than five evaluations after update 0 say so).
+
+    >>> l5_wording([2, 4, 6, 8, 10])
+    'the mean of the last five evaluations (updates 2, 4, 6, 8, 10)'
+    >>> l5_wording([4, 8, 12])
+    'the mean validation success of the 3 evaluations after update 0 (updates 4, 8, 12; L5 would average five)'
+    """
+    n = len(updates)
+    where = f"updates {', '.join(map(str, updates))}"
+    if n >= 5:
+        return f"the mean of the last five evaluations ({where})"
+    return f"the mean validation success of the {n} evaluation(s) after update 0 ({where}; L5 would average five)"
 
 
 def last_per_update(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -383,7 +411,8 @@ def summarize(runs: Sequence[RunInfo], baseline: str | None = None,
         "settings": {setting: {"source", "env", "baseline", "methods", "runs", "folder"}},
         "methods": {label: {"setting", "source", "env", "method", "estimator", "variant",
         "seeds", "runs", readout: {"mean", "sd", "per_seed"}, "diagnostics", "seconds",
-        "cpu_seconds"}}, "paired": {label: {"setting", "baseline", readout: {"mean", "sd",
+        "cpu_seconds", "L5_updates" (the updates whose validations entered L5, per distinct
+        schedule)}}, "paired": {label: {"setting", "baseline", readout: {"mean", "sd",
         "lo", "hi", "n", "mde"}}}}``.  A label is the method, or ``method@setting`` when a
         method runs in several settings.  With one shared seed the SD, interval and MDE
         are NaN.
@@ -429,6 +458,7 @@ def summarize(runs: Sequence[RunInfo], baseline: str | None = None,
                 vals = [r["readouts"][key] for r in rs]
                 mean, sd = _mean_sd(vals)
                 entry[key] = {"mean": mean, "sd": sd, "per_seed": vals}
+            entry["L5_updates"] = [list(u) for u in sorted({tuple(l5_updates(r["eval"])) for r in rs})]
             entry["diagnostics"] = _diagnostics([rec for r in rs for rec in r["train"]])
             entry["seconds"] = _nanmean([r["seconds"] for r in rs])
             entry["cpu_seconds"] = _nanmean([r["cpu_seconds"] for r in rs])
@@ -518,6 +548,7 @@ def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | No
             f"| {_pm(e['score_L5'])} | {_pct(e['invalid_rate']['mean'])} | {len(e['seeds'])} "
             f"| {_secs(e['seconds'])} | {_secs(e['cpu_seconds'])} | {e['env']} | {e['source']} | {e['setting']} |"
         )
+    lines += _l5_lines(summary)
     if summary["paired"]:
         lines += [
             "",
@@ -553,6 +584,16 @@ def write_markdown(summary: Mapping[str, Any], path: str | os.PathLike[str] | No
     if path is not None:
         write_text_atomic(path, text)
     return text
+
+
+def _l5_lines(summary: Mapping[str, Any]) -> list[str]:
+    """What L5 averaged in this table: one line, or one per schedule when the runs differ."""
+    schedules = sorted({tuple(u) for e in summary["methods"].values() for u in e.get("L5_updates") or []})
+    if not schedules:
+        return []
+    if len(schedules) == 1:
+        return ["", f"L5 here is {l5_wording(schedules[0])}."]
+    return ["", "L5 here is, depending on the run's schedule: " + "; ".join(l5_wording(u) for u in schedules) + "."]
 
 
 def _calibration_lines(calibration: Mapping[str, Any]) -> list[str]:
@@ -657,6 +698,23 @@ def plot_diagnostics(runs: Sequence[RunInfo], path: str | os.PathLike[str], *, m
     return names
 
 
+def clean_floats(value: Any, places: int = 12) -> Any:
+    """``value`` with every float rounded to ``places`` decimals (``-0.0`` becomes ``0.0``;
+    NaN and infinities stay): a sum that cancels reads 0, not noise such as ``2.78e-17``.
+
+    >>> clean_floats({"lo": 2.7755575615628914e-17, "x": [0.1 + 0.2, -1e-15], "n": 3})
+    {'lo': 0.0, 'x': [0.3, 0.0], 'n': 3}
+    """
+    if isinstance(value, (float, np.floating)):
+        x = float(value)
+        return round(x, places) + 0.0 if math.isfinite(x) else x
+    if isinstance(value, Mapping):
+        return {k: clean_floats(v, places) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_floats(v, places) for v in value]
+    return value
+
+
 def write_report(runs: Sequence[RunInfo], out_dir: str | os.PathLike[str], *, baseline: str | None = None,
                  title: str = "Run comparison", preamble: str = "") -> dict[str, Any]:
     """Write ``results.md``, ``results.json``, ``curves.png`` and ``diagnostics.png`` of
@@ -667,7 +725,7 @@ def write_report(runs: Sequence[RunInfo], out_dir: str | os.PathLike[str], *, ba
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = summarize(runs, baseline)
-    write_text_atomic(out_dir / "results.json", json.dumps(summary, indent=2, default=float))
+    write_text_atomic(out_dir / "results.json", json.dumps(clean_floats(summary), indent=2, default=float))
     write_markdown(summary, out_dir / "results.md", title=title, preamble=preamble)
     plot_curves(runs, out_dir / "curves.png", title=title)
     plot_diagnostics(runs, out_dir / "diagnostics.png")

@@ -150,7 +150,10 @@ def proportion_interval(successes: int, n: int, confidence: float = 0.95) -> tup
     p = successes / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # at 0 (n) successes the bound is exactly 0 (1); centre − half only rounds to it (2.8e-17)
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return (lo, hi)
 
 
 def mean_interval(values: Sequence[float], confidence: float = 0.95,

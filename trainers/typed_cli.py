@@ -66,5 +66,8 @@ def parse(cls: type[T], default: T, args: Sequence[str], *, prog: str, descripti
     ``--help`` prints every field with its type, default and help text and exits 0; a bad
     flag or value prints tyro's message naming it and exits 2 (``SystemExit``), as a
     command line should.  Validation in the dataclass's ``__post_init__`` raises as usual.
+    An optional field (``int | None``) takes a value or keeps its default: the help shows
+    ``--workers INT``, not tyro's ``--workers {None}|INT``.
     """
-    return tyro.cli(cls, default=default, args=list(args), prog=prog, description=description)
+    return tyro.cli(cls, default=default, args=list(args), prog=prog, description=description,
+                    config=(tyro.conf.DisallowNone,))
