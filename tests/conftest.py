@@ -59,8 +59,8 @@ def alfworld_data() -> Path:
     if not (root / "json_2.1.1" / "valid_seen").is_dir():
         pytest.skip(
             f"real ALFWorld games not found under {root}; install them with "
-            "`rubricgym data alfworld` (or `rubricgym data alfworld --from "
-            "../shared/data/alfworld/json_2.1.1.tar.xz` offline)"
+            "`pip install -e '.[alfworld]' && rubricgym data alfworld` (ALFWorld's own "
+            "alfworld-download; offline: `rubricgym data alfworld --from json_2.1.1.tar.xz`)"
         )
     return root
 

@@ -120,9 +120,9 @@ def test_install_the_full_offline_archive(tmp_path, shared_data):
     archive = shared_data / "alfworld" / "json_2.1.1.tar.xz"
     if not archive.is_file():
         pytest.skip(
-            f"the offline ALFWorld archive {archive} is not here (only CI has it); this test "
-            "installs from it: put ALFWorld's json_2.1.1 tarball there (or run `bash .ci/run`, "
-            "which CI runs with ../shared beside the checkout)"
+            f"the offline ALFWorld archive {archive} is not here; this test installs from it: "
+            "put ALFWorld's json_2.1.1 archive (a .tar.xz or .zip) at that path, or point "
+            "RUBRICGYM_SHARED at a folder holding data/alfworld/json_2.1.1.tar.xz"
         )
     result = runner.invoke(app, ["data", "alfworld", "--from", str(archive), "--dest", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -68,3 +68,17 @@ def test_a_worker_killed_by_the_main_module_names_the_cause(tmp_path, how: str) 
         assert f'{path} runs again inside it' in out and 'if __name__ == "__main__":' in out, out
     else:
         assert "'<stdin>' (a script piped into python?) cannot be read again" in out, out
+
+
+def test_skip_messages_give_install_commands_not_the_projects_shared_folder() -> None:
+    """A clone has no ``../shared``: no skip reason may send a user there."""
+    import ast
+
+    offenders = []
+    for path in [ROOT / "conftest.py", *sorted((ROOT / "tests").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("skip", "importorskip"):
+                text = " ".join(c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+                if "shared" in text and "../shared" in text.replace("RUBRICGYM_SHARED", ""):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders

@@ -153,8 +153,9 @@ def test_sha256_of_the_real_attribute_file(shared_data):
     real = next((p for p in candidates if p.is_file()), None)
     if real is None:
         pytest.skip(
-            "upstream's items_ins_v2_1000.json is not here (only CI has it, in ../shared/data/webshop); "
-            "install upstream's WebShop files with `rubricgym data webshop --from DIR` to run this test"
+            "upstream's items_ins_v2_1000.json is not installed: put upstream WebShop's data files "
+            "(items_ins_v2_1000.json among them) in a folder DIR and run "
+            "`rubricgym data webshop --from DIR`"
         )
     assert verify_files([real]) == {real.name: PUBLISHED_SHA256[real.name]}
 
