@@ -54,7 +54,7 @@ def _print_summary(console, summary: dict, agent_name: str) -> None:
     table = Table(title=f"{agent_name} on {summary['panel']} (hash {summary['hash'][:12]})", title_justify="left")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_column("95% interval", justify="right")
+    table.add_column("95% interval / note", justify="right")
     table.add_row("episodes", str(summary["episodes"]), "")
     if summary["episodes"]:
         lo, hi = summary["success_ci"]
@@ -66,7 +66,7 @@ def _print_summary(console, summary: dict, agent_name: str) -> None:
         table.add_row(f"{key} ({summary['units'][key]})", f"{summary[key]:.3f}", "")
     for key, label, fmt in _COST_ROWS:
         if summary.get(key) is not None:
-            table.add_row(label, format(summary[key], fmt), "")
+            table.add_row(label, format(summary[key], fmt), _row_note(summary, key))
     if summary["errors"]:
         table.add_row("[red]agent errors[/red]", str(summary["errors"]), "played again on resume")
     console.print(table)
@@ -80,7 +80,15 @@ _COST_ROWS = (("prompt_tokens", "prompt tokens (total)", ","), ("completion_toke
               ("latency_p50_s", "seconds per decision (median)", ".3f"),
               ("latency_p95_s", "seconds per decision (95th pct)", ".3f"),
               ("episode_wall_mean_s", "seconds per episode (mean)", ".2f"),
-              ("wall_s", "seconds this run (wall)", ".1f"))
+              ("wall_s", "seconds of this invocation (wall)", ".1f"))
+
+
+def _row_note(summary: dict, key: str) -> str:
+    if key in ("prompt_tokens", "tokens_per_episode") and summary["token_episodes"] < summary["episodes"]:
+        return f"{summary['token_episodes']} of {summary['episodes']} episodes counted"
+    if key == "wall_s":
+        return f"{summary['played']} episodes played now"
+    return ""
 
 
 def _print_types(console, summary: dict) -> None:
