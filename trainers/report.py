@@ -202,7 +202,8 @@ def l5_wording(updates: Sequence[int]) -> str:
     where = f"updates {', '.join(map(str, updates))}"
     if n >= 5:
         return f"the mean of the last five evaluations ({where})"
-    return f"the mean validation success of the {n} evaluation(s) after update 0 ({where}; L5 would average five)"
+    plural = "s" if n != 1 else ""
+    return f"the mean validation success of the {n} evaluation{plural} after update 0 ({where}; L5 would average five)"
 
 
 def last_per_update(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
