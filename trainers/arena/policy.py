@@ -15,6 +15,13 @@ one, in pure numpy:
   from ``softmax(score / temperature)``; :meth:`LinearSoftmaxPolicy.evaluate` computes
   log π(chosen), entropies and their gradients for a batch of decisions at once.
 
+Two *policy settings* (``rubricgym arena --policy``, :data:`POLICIES`, :func:`make_featurizer`)
+choose what the features read: ``rubric`` (the default, :class:`Featurizer`) adds to the text
+the engine's rubric status (``info["rubric"]``) and the task's parsed spec (ALFWorld's target,
+destination and lamp types) and the whole action history; ``text``
+(:class:`~trainers.arena.text_features.TextFeaturizer`) reads only what an LLM agent's prompt
+shows: the goal sentence, the observation, the admissible actions and the last two turns.
+
 Example:
     >>> import numpy as np
     >>> feat = Featurizer(dim=2**12)
