@@ -184,3 +184,31 @@ def test_rollout_tasks_are_the_splits(mini_dir) -> None:
     with pytest.raises(ValueError, match=f"has {len(tasks)} tasks, not {len(tasks) + 1}"):
         rollout.tasks(len(tasks) + 1)
     rollout.close()
+
+
+@pytest.mark.slow
+def test_the_documented_alfworld_generated_setup_trains_a_step(tmp_path) -> None:
+    """The documented form on ALFWorld-generated: ``task_dataset(rollout.tasks())`` names only
+    the split's games (``range(2000)`` on 60 games failed inside TRL on the first batch:
+    ``task index 1542 out of range``)."""
+    pytest.importorskip("alfworld", reason="pip install -e '.[alfworld]'")
+    from trl import GRPOConfig
+
+    from trainers.models import load_policy
+
+    model, tok = load_policy("tiny-llama", seed=0)
+    rollout = trl_grpo.env_rollout("ALFWorld-Rubric-v0", {"split": "generated", "generated_n": 4,
+                                                          "generated_cache_dir": str(tmp_path / "games")},
+                                   max_turns=2, parser=hash_parser)
+    tasks = rollout.tasks()
+    assert len(tasks) == 4
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=6, max_steps=1, learning_rate=1e-2, beta=0.0, report_to="none",
+                      use_cpu=True, seed=3, save_strategy="no", logging_steps=1)
+    trainer = trl_grpo.RubricGRPOTrainer(model, args=args, processing_class=tok, estimator="graphgpo",
+                                         train_dataset=trl_grpo.task_dataset(tasks, seed=0), rollout_func=rollout)
+    trainer.train()
+    rollout.close()
+    assert trainer.state.global_step == 1
+    played = {t.task_id for g in trainer.last_credit["groups"] for t in g}
+    assert len(played) == 2 and played <= {f"alfworld/generated/{t}" for t in tasks} | set(tasks)
