@@ -4,7 +4,7 @@ Clones the stored walkthroughs of the demo's training games (choice loss, as the
 start) and, after every epoch, scores the walkthroughs of the validation games teacher-forced:
 how often the expert's action is the policy's top choice among the admissible actions (top-1)
 and its mean choice NLL. Cheaper than whole runs, and it separates "the clone picks the expert
-action" from "the clone wins episodes" (docs/demo.md: it does the first far better). With
+action" from "the clone wins episodes" (the demo's warm start does the first far better). With
 ``--time-blocks`` it also times one forward and backward of 8 choice rows per number of
 trainable top blocks (``trainable_layers``).
 

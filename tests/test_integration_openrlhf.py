@@ -195,7 +195,7 @@ def test_an_engine_failure_retires_the_episode_environment(env_vars, tokenizer) 
 
 
 def test_doc_command_uses_only_openrlhfs_flags_and_starts_vllm_engines() -> None:
-    """docs/integrations.md's GPU command: every flag is one OpenRLHF 0.11.2's train_ppo_ray
+    """docs/integrations/openrlhf.md's GPU command: every flag is one OpenRLHF 0.11.2's train_ppo_ray
     parser defines, vLLM engines are asked for (without them OpenRLHF never loads the agent
     file), and colocate_all's actor GPUs = engines x tensor-parallel size."""
     import re
@@ -205,7 +205,7 @@ def test_doc_command_uses_only_openrlhfs_flags_and_starts_vllm_engines() -> None
     spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
     source = Path(spec.origin).read_text(encoding="utf-8")
     defined = set(re.findall(r'add_argument\(\s*"(--[\w.]+)"', source))
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "integrations" / "openrlhf.md").read_text(encoding="utf-8")
     block = doc[doc.index("python -m openrlhf.cli.train_ppo_ray"):]
     block = block[: block.index("```")].replace("\\\n", " ")
     words = shlex.split(re.sub(r'"\$\(python -c .*?\)"', "AGENT", block))

@@ -13,7 +13,7 @@ def test_backend_vllm_is_refused_and_points_to_trl_and_verl():
     message = str(err.value)
     assert "backend='vllm' was removed" in message
     assert "generates with transformers" in message
-    assert "TRL" in message and "verl" in message and "docs/integrations.md" in message
+    assert "TRL" in message and "verl" in message and "docs/integrations/" in message
     assert not hasattr(TrainConfig(), "backend")  # the one-choice setting is gone
 
 

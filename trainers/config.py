@@ -78,7 +78,7 @@ class ConfigError(ValueError):
 VLLM_REMOVED = ("backend='vllm' was removed (its weight sync was never run and was not LoRA-safe), and with it "
                 "the backend setting: rubricgym train generates with transformers on the policy itself; generate "
                 "with vLLM on GPUs through the TRL or verl integrations, which take rubricgym's environments and "
-                "credit estimators (docs/integrations.md)")
+                "credit estimators (docs/integrations/)")
 
 
 

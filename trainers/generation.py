@@ -2,7 +2,7 @@
 
 * :class:`TransformersBackend` — batched ``model.generate`` on left-padded prompts (CPU and
   GPU; the only backend).  For vLLM-speed generation on GPUs, feed rubricgym's environments
-  and estimators to TRL or verl instead (``docs/integrations.md``).
+  and estimators to TRL or verl instead (``docs/integrations/``).
 * :func:`score_candidates` — ``choose`` mode: the log-probability of every admissible action's
   response under the policy; each prompt and the prefix tree of all its candidates go
   through the model as one sequence with a tree attention mask, several prompts per forward.

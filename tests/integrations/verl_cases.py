@@ -940,19 +940,19 @@ def test_write_dataset_rows_feed_the_agent_loop(tmp_path):
 
 
 def _doc_overrides() -> list[str]:
-    """The ``key=value`` overrides of the GiGPO launch command in docs/integrations.md."""
+    """The ``key=value`` overrides of the GiGPO launch command in docs/integrations/verl.md."""
     import shlex
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations" / "verl.md").read_text(encoding="utf-8")
     blocks = [b for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL) if "verl.trainer.main_ppo" in b]
-    assert len(blocks) == 1, "docs/integrations.md has one verl launch command"
+    assert len(blocks) == 1, "docs/integrations/verl.md has one verl launch command"
     words = shlex.split(blocks[0].replace("\\\n", " "))
     return words[words.index("verl.trainer.main_ppo") + 1:]
 
 
 def test_doc_launch_command_composes_against_verls_config():
-    """The GPU command of docs/integrations.md cannot run here; its overrides must at least
+    """The GPU command of docs/integrations/verl.md cannot run here; its overrides must at least
     compose against verl 0.9.1's own ppo_trainer config (a misspelt key fails) and select ours."""
     from pathlib import Path
 

@@ -19,7 +19,7 @@ Install: ``pip install "rubricgym[trl]"`` (TRL 1.16; the trainer relies on TRL's
   the tasks the environment's split holds (``rubricgym train``'s order), so the rows never
   name a task the split lacks.
 
-Example (the GPU command is in docs/integrations.md)::
+Example (the GPU command is in docs/integrations/trl.md)::
 
     from trl import GRPOConfig
     from wrappers.integrations.trl_grpo import RubricGRPOTrainer, env_rollout, task_dataset

@@ -27,7 +27,7 @@ are among them: ``enable_similarity=True, similarity_thresh=τ`` is ``similarity
 ``normalize_distance`` is ``normalize_distance`` (``+algorithm.rubricgym.similarity=0.95``).
 
 The trainer mode overrides ``PPOTrainer._compute_advantage``, a private method of verl's v1
-trainer: the extra pins ``verl>=0.9.1,<0.10``.  ``docs/integrations.md`` has the GPU launch
+trainer: the extra pins ``verl>=0.9.1,<0.10``.  ``docs/integrations/verl.md`` has the GPU launch
 command (untested here: no GPU, no vLLM/SGLang on the CPU test machine).
 
 Example (outcome level, what ``compute_advantage`` calls):
