@@ -104,3 +104,32 @@ def test_index_and_an_api_page_render_in_chromium(site: Path, tmp_path: Path) ->
     finally:
         driver.quit()
     assert (shots / "docs_index.png").stat().st_size > 10_000
+
+
+def test_every_registered_estimator_has_its_page_and_paper_row() -> None:
+    """One page per estimator (paper, equations, call, settings, diagnostics), in the navigation
+    and in the paper index; a new estimator without them fails here."""
+    import yaml
+
+    from wrappers.credit import available_estimators
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    pages = {p for section in nav for p in _nav_pages(section)}
+    index = (ROOT / "docs/estimators/index.md").read_text(encoding="utf-8")
+    for name in available_estimators():
+        page = ROOT / "docs/estimators" / f"{name}.md"
+        assert page.is_file(), f"docs/estimators/{name}.md is missing"
+        text = page.read_text(encoding="utf-8")
+        assert f'get_estimator("{name}"' in text, f"{page.name} shows no get_estimator call"
+        assert "arXiv" in text or "ICLR" in text, f"{page.name} cites no paper"
+        assert "Diagnostics" in text, f"{page.name} says nothing of its diagnostics"
+        assert f"estimators/{name}.md" in pages, f"{page.name} is not in mkdocs.yml's nav"
+        assert f"| `{name}` |" in index, f"{name} has no row in the paper index"
+
+
+def _nav_pages(entry) -> list[str]:
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, dict):
+        return [p for v in entry.values() for p in _nav_pages(v)]
+    return [p for v in entry for p in _nav_pages(v)]
