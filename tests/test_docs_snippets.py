@@ -7,7 +7,9 @@
   a GPU) says so with ``<!-- skip-snippet -->`` on the line before its fence; there are few.
 * Running the commands would take hours, so each ``rubricgym ...`` command line of a shell
   block or an inline code span is checked against its subcommand's ``--help``: the subcommand
-  exists and every flag it uses is one that ``--help`` lists.
+  exists and every flag it uses is one that ``--help`` lists; likewise each
+  ``python bench/<script>.py ...`` line: the script exists and takes the flags shown.
+* The how-to pages print the modules their tests (``tests/test_howto_*.py``) run.
 """
 
 from __future__ import annotations
@@ -222,3 +224,55 @@ def test_the_environment_howto_prints_its_tests_module() -> None:
     assert blocks[0].strip() == test.MODULE.strip()
     check = [line for line in blocks[1].splitlines() if line.strip()]
     assert all(line in test.SCRIPT for line in check if not line.startswith("import agent_envs")), check
+
+
+# ---- bench scripts: `python bench/<script>.py --flags` ------------------------------------
+
+def _bench_lines(text: str, shell: bool) -> list[str]:
+    if shell:
+        text = re.sub(r"\\\n\s*", " ", text)
+        pieces = [p for line in text.splitlines() for p in re.split(r"&&|\|\||;|\|", line.split(" #")[0])]
+    else:
+        pieces = re.findall(r"`([^`\n]+)`", text)
+    out = []
+    for piece in pieces:
+        cmd = _PREFIXES.sub("", piece.strip())
+        if re.match(r"python\s+bench/\w+\.py\b", cmd):
+            out.append(cmd)
+    return out
+
+
+def _bench_commands() -> list:
+    found: dict[str, str] = {}
+    for path in _documents():
+        text = path.read_text(encoding="utf-8")
+        spans = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+        lines = [c for _, lang, code, _ in _blocks(path) if lang in ("bash", "sh", "shell", "console")
+                 for c in _bench_lines(code, shell=True)]
+        for cmd in lines + _bench_lines(spans, shell=False):
+            found.setdefault(cmd, str(path.relative_to(ROOT)))
+    return [pytest.param(cmd, where, id=f"{where}: {cmd[:70]}") for cmd, where in found.items()]
+
+
+@cache
+def _bench_help(script: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, check=False, env={**__import__("os").environ, "COLUMNS": "250"})
+    assert proc.returncode == 0, f"python {script} --help failed:\n{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize(("cmd", "where"), _bench_commands())
+def test_bench_command_parses(cmd: str, where: str) -> None:
+    tokens = _tokens(cmd)
+    script = tokens[1]
+    assert (ROOT / script).is_file(), f"{where}: {script} does not exist"
+    flags = [t.split("=")[0] for t in tokens[2:] if t.startswith("-") and not re.fullmatch(r"-\d[\d.]*", t)]
+    if not flags:
+        return  # a script without options (some take none, and no --help either)
+    known = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w.-]*)", _bench_help(script)))
+    unknown = [f for f in flags if f not in known]
+    assert not unknown, f"{where}: `{cmd}`: `python {script} --help` has no {unknown}"
