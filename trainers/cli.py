@@ -64,7 +64,9 @@ def _root(
 ) -> None:
     """Rubric-channel environments, group credit estimators and an RL trainer for LLM agents."""
     if ctx.invoked_subcommand is None:  # `rubricgym` alone: the help, and success
-        typer.echo(ctx.get_help())
+        text = ctx.get_help()  # typer's rich help prints itself and returns ""
+        if text:
+            typer.echo(text)
         raise typer.Exit(0)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
