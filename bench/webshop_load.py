@@ -9,7 +9,10 @@ time (``--time-limit`` seconds per client count; clients stop starting episodes 
 
 Prints, per client count, measured in this run: requests, wall time, throughput (requests/s,
 episodes/s), request latency p50/p90/p99, errors (transport failures and non-2xx answers)
-and wrong scores (purchases below 1.0), plus the throughput ratio against the first row.
+and wrong scores (purchases below 1.0), plus the throughput ratio against the first row, and
+the server's CPU milliseconds per request (user + system of the server process and its
+gunicorn worker, from /proc; for a server of your own, give ``--server-pid``).  On a machine
+shared with other work, CPU per request varies far less than requests per second.
 
 ``--hostile K`` adds K threads that, while the clients play, fire malformed and oversize
 requests (bad JSON, wrong types, JSON nested 3000 deep, bodies over the 64 KiB cap, URLs over
@@ -23,6 +26,7 @@ Usage: ``python bench/webshop_load.py [--clients 1,32] [--episodes 5] [--tagger 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import socket
@@ -221,8 +225,23 @@ def hostile(url: str, hid: str, deadline: float, stop: threading.Event, counts: 
     http.close()
 
 
-def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalogue) -> dict:
-    """Run ``n_clients`` clients at once; returns the row of the table."""
+def server_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) of process ``pid`` and its children (gunicorn's master and
+    worker), from /proc; None without a pid or off Linux."""
+    if pid is None:
+        return None
+    try:
+        pids = [pid, *map(int, Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+        ticks = sum(sum(map(int, Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[11:13]))
+                    for p in pids)
+    except (OSError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalogue, pid: int | None = None) -> dict:
+    """Run ``n_clients`` clients at once; returns the row of the table (``pid``: the server's
+    process, for its CPU time)."""
     tasks = list(range(len(goals)))
     stats = [ClientStats() for _ in range(n_clients)]
     barrier = threading.Barrier(n_clients + 1)
@@ -239,12 +258,12 @@ def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalog
     for t in threads:
         t.start()
     barrier.wait()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), server_cpu_s(pid)
     for t in bad:
         t.start()
     for t in threads:
         t.join(timeout=args.time_limit + args.timeout + 30)
-    wall = time.perf_counter() - t0
+    wall, cpu1 = time.perf_counter() - t0, server_cpu_s(pid)
     stop.set()
     for t in bad:
         t.join(timeout=args.timeout + 30)
@@ -253,6 +272,7 @@ def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalog
     errors = [e for s in stats for e in s.errors]
     return {"clients": n_clients, "requests": len(lat), "episodes": sum(s.episodes for s in stats), "wall": wall,
             "rps": len(lat) / wall, "eps": sum(s.episodes for s in stats) / wall, "p50": 1e3 * q[49],
+            "cpu_ms": 1e3 * (cpu1 - cpu0) / len(lat) if cpu0 is not None and cpu1 is not None and lat else None,
             "p90": 1e3 * q[89], "p99": 1e3 * q[98], "errors": len(errors),
             "wrong": sum(s.wrong_scores for s in stats), "first_errors": errors[:3],
             "stuck": sum(t.is_alive() for t in threads), "hostile": dict(counts), "hostile_errors": firsts}
@@ -267,6 +287,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds per client count (default 300)")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     ap.add_argument("--url", default=None, help="use a running server instead of starting one")
+    ap.add_argument("--server-pid", type=int, default=None,
+                    help="with --url: the server's process id, for its CPU time per request")
     ap.add_argument("--hostile", type=int, default=0,
                     help="threads firing malformed/oversize requests during each run (default 0)")
     args = ap.parse_args()
@@ -279,28 +301,30 @@ def main() -> None:
     catalogue = get_catalogue(CatalogueSpec(num_products=args.num_products))
     goals = catalogue.goal_list("human")
     proc = None
-    url = args.url
+    url, pid = args.url, args.server_pid
     if url is None:
         proc, url = start_server(args)
+        pid = proc.pid
     try:
         health = requests.get(url + "/healthz", timeout=30).json()
         print(f"server {url}: {health['catalogue']}, tagger {health['tagger']}; "
               f"{args.episodes} oracle episodes per client")
         warm = argparse.Namespace(**{**vars(args), "episodes": 2})
         run(url, 1, warm, goals, catalogue)  # warm-up (search index, caches), not reported
-        rows = [run(url, n, args, goals, catalogue) for n in args.clients]
+        rows = [run(url, n, args, goals, catalogue, pid) for n in args.clients]
     finally:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=30)
     head = (f"{'clients':>7} {'requests':>8} {'episodes':>8} {'wall s':>7} {'req/s':>7} {'ep/s':>6} "
-            f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'errors':>6} {'wrong':>5} {'x req/s':>7}")
+            f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'errors':>6} {'wrong':>5} {'x req/s':>7} {'cpu ms/req':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['clients']:>7} {r['requests']:>8} {r['episodes']:>8} {r['wall']:>7.2f} {r['rps']:>7.1f} "
               f"{r['eps']:>6.2f} {r['p50']:>7.1f} {r['p90']:>7.1f} {r['p99']:>7.1f} {r['errors']:>6} "
-              f"{r['wrong']:>5} {r['rps'] / rows[0]['rps']:>7.2f}")
+              f"{r['wrong']:>5} {r['rps'] / rows[0]['rps']:>7.2f} "
+              f"{'-' if r['cpu_ms'] is None else format(r['cpu_ms'], '.2f'):>10}")
     for r in rows:
         for e in r["first_errors"]:
             print(f"  error ({r['clients']} clients): {e}")
