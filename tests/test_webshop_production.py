@@ -579,3 +579,9 @@ def test_a_port_in_use_is_a_one_line_error(mini_dir):
         out = _run_cli(["--data", mini_dir, "--no-verify", "--port", str(port)])
     line = _one_line_error(out)
     assert f"cannot serve on 127.0.0.1:{port}" in line and "Address already in use" in line
+
+
+def test_a_page_share_above_the_store_is_a_usage_error(mini_dir):
+    out = _run_cli(["--data", mini_dir, "--no-verify", "--max-sessions", "4", "--max-browser-sessions", "5"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "error: --max-browser-sessions (5) must be at most --max-sessions (4)" in out.stderr

@@ -136,8 +136,8 @@ def _announce(console: Console, app: Flask, goal_kind: str) -> None:
     cat = shop.catalogue
     console.print(f"[green]WebShop[/green] {cat.description}: {len(cat.products)} products, "
                   f"{len(cat.goal_list(goal_kind))} {goal_kind} goals, tagger {shop.tagger.name}; "
-                  f"at most {shop.sessions.max_sessions} live sessions ({shop.sessions.max_browser_sessions} "
-                  f"of them opened from pages), idle expiry {shop.sessions.ttl:g} s",
+                  f"at most {shop.sessions.max_sessions} live sessions (at most {shop.sessions.max_browser_sessions} "
+                  f"opened from pages), idle expiry {shop.sessions.ttl:g} s",
                   soft_wrap=True)
 
 
