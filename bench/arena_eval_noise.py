@@ -15,7 +15,7 @@ greedy runs (``--eval-temperature 0``) of the same setting and seeds adds the gr
 scale of the points), ``seeds@5`` the seeds a 5-point MDE needs at that SD
 (``trainers.stats.seeds_needed``) and ``CPU-s@5`` the CPU-seconds of that many runs of one method.
 
-Usage (the folders of docs/arena.md, "Choosing the validation")::
+Usage (the folders of docs/results/arena-validation.md)::
 
     rubricgym arena --estimators grpo,gigpo --variants '' --seeds 16 --val-episodes 4 --eval-every 2 -o noiseK
     rubricgym arena --estimators grpo,gigpo --variants '' --seeds 16 --eval-temperature 0 --eval-every 2 -o noiseG
