@@ -319,6 +319,28 @@ def test_slow_clients_hold_no_thread_and_are_closed(prod, mini_dir):
         time.sleep(0.05)
 
 
+def test_a_client_that_does_not_read_its_answers_holds_no_thread(prod):
+    """10,000 pipelined requests whose ~7 MB of answers are never read: once the kernel's
+    buffers are full the rest waits in the worker's queue, not on a thread (others are answered
+    meanwhile), and the connection is closed 5 s (``--request-timeout``) after an answer stopped
+    being taken."""
+    host, port = prod.url.removeprefix("http://").split(":")
+    greedy = socket.socket()
+    greedy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    greedy.connect((host, int(port)))
+    greedy.settimeout(60)
+    with greedy:
+        greedy.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 10000)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with _http() as http:
+            while not any("answers not taken within 5 s" in ln for ln in prod.err):
+                assert time.monotonic() < deadline, prod.log()
+                assert http.get(f"{prod.url}/healthz", timeout=10).status_code == 200
+                time.sleep(0.2)
+    served = sum('"GET /healthz HTTP/1.1" 200' in ln and '"-"' in ln for ln in prod.out)
+    assert 100 < served < 10000, served  # raw-socket requests have no User-Agent ("-")
+
+
 def _next_response(fp) -> tuple[str, dict[str, str], bytes]:
     """Status line, headers and body of the next response on a buffered reader (so that two
     responses arriving in one segment are both read)."""

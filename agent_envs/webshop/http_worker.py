@@ -25,8 +25,10 @@ where and how long a request is read:
   so that the client reads the answer instead of a reset; at once for ``Expect: 100-continue``
   or a longer body); a chunked body over ``max_body`` gets 413.  These answers are JSON
   (``{"error", "message", "status"}``, as the shop's own errors) and close the connection.
-* **Writes with a deadline.**  A thread's socket is blocking with a ``request_timeout`` timeout:
-  a client that stops reading its answers loses the connection instead of holding the thread.
+* **Writes never wait either.**  A thread sends what the kernel takes and queues the rest; the
+  event loop writes it out before the connection's next request is read.  A client that does
+  not take its answer within ``request_timeout`` seconds loses the connection; it never holds
+  a thread.
 * **Closing off the loop.**  gunicorn lingers on a closed connection for up to 2 s, reading
   what the client still sends, inside its main loop; here the lingering connection waits in the
   poller, so a client that never closes its side cannot stall everyone else.
@@ -44,6 +46,7 @@ the dependency is pinned to gunicorn 27.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import re
@@ -63,6 +66,7 @@ _CLOSE_LINGER_S = 2.0  # how long a closed connection is drained (gunicorn's clo
 _CLOSE_DRAIN = 64 * 1024
 _RECV = 65536
 _MORE = object()  # a thread's answer: the request is not whole yet, wait in the poller again
+_MAX_QUEUED = 16 << 20  # bytes of answers queued for one connection (far above any page)
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue[ \t]*(?=\r\n)", re.IGNORECASE)
 _REASONS = {408: "Request Timeout", 413: "Request Entity Too Large", 414: "Request-URI Too Long",
@@ -181,23 +185,25 @@ def frame_request(buf: bytes | bytearray, *, max_head: int, max_body: int, drain
 
 
 # --------------------------------------------------------------------------- sockets
-class _TimedSocket(socket.socket):
-    """A client socket whose "blocking" mode has a timeout: what a pool thread writes (and, as a
-    last resort, reads) never waits on the client longer than ``io_timeout`` seconds."""
-
-    io_timeout = 10.0
+class _QueuedSocket(socket.socket):
+    """A client socket that never blocks: ``setblocking(True)`` (gunicorn's, before a thread
+    handles a request) keeps it non-blocking, and :meth:`sendall` sends what the kernel takes
+    and queues the rest in ``wbuf``, which the event loop writes out."""
 
     def setblocking(self, flag: bool) -> None:
-        if flag:
-            self.settimeout(self.io_timeout)
-        else:
-            super().setblocking(False)
+        super().setblocking(False)
 
     def sendall(self, data: Any, flags: int = 0) -> None:
-        try:
-            super().sendall(data, flags)
-        except TimeoutError:  # gunicorn ends the connection quietly on a reset
-            raise ConnectionResetError(errno.ECONNRESET, "the client stopped reading") from None
+        if not hasattr(self, "wbuf"):
+            self.wbuf = bytearray()
+        view = memoryview(data).cast("B")
+        sent = 0
+        if not self.wbuf:
+            with contextlib.suppress(BlockingIOError, InterruptedError):
+                sent = self.send(view, flags)
+        if len(self.wbuf) + len(view) - sent > _MAX_QUEUED:  # gunicorn ends the connection quietly
+            raise ConnectionResetError(errno.ECONNRESET, "the client does not read its answers")
+        self.wbuf += view[sent:]
 
 
 class _Conn(TConn):
@@ -235,6 +241,7 @@ class BufferedThreadWorker(ThreadWorker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._reading: dict[_Conn, None] = {}  # waiting in the poller for more of a request
+        self._writing: dict[_Conn, None] = {}  # waiting in the poller to write out an answer
         self._lingering: dict[_Conn, float] = {}  # connection -> when to close it
 
     # ---------------------------------------------------------------- the event loop
@@ -248,8 +255,7 @@ class BufferedThreadWorker(ThreadWorker):
                 raise
             return
         self.nr_conns += 1
-        sock = _TimedSocket(fileno=client.detach())
-        sock.io_timeout = self.request_timeout
+        sock = _QueuedSocket(fileno=client.detach())
         conn = _Conn(self, sock, addr, listener.getsockname())
         conn.deadline = time.monotonic() + self.request_timeout
         self._wait(conn)
@@ -259,6 +265,20 @@ class BufferedThreadWorker(ThreadWorker):
         conn.sock.setblocking(False)
         self._reading[conn] = None
         self.poller.register(conn.sock, selectors.EVENT_READ, partial(self._readable, conn))
+
+    def _flush(self, conn: _Conn, fs: Any, _fileobj: Any) -> None:
+        try:
+            sent = conn.sock.send(conn.sock.wbuf)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            sent, conn.sock.wbuf = 0, bytearray()  # the client is gone: nothing more to write
+            fs = _Failed()
+        del conn.sock.wbuf[:sent]
+        if not conn.sock.wbuf:
+            del self._writing[conn]
+            self.poller.unregister(conn.sock)
+            self.finish_request(conn, fs)
 
     def _readable(self, conn: _Conn, _fileobj: Any) -> None:
         del self._reading[conn]
@@ -271,10 +291,15 @@ class BufferedThreadWorker(ThreadWorker):
         super().on_client_socket_readable(conn, client)
 
     def finish_request(self, conn: _Conn, fs: Any) -> None:
-        """After a thread: an unfinished request waits in the poller again; the next pipelined
-        request goes to a thread (it may not be whole yet); otherwise as gthread."""
+        """After a thread: an answer the client has not taken yet is written out first; an
+        unfinished request waits in the poller again; the next pipelined request goes to a
+        thread (it may not be whole yet); otherwise as gthread."""
         result = None if fs.cancelled() or fs.exception() is not None else fs.result()
-        if result is _MORE:
+        if getattr(conn.sock, "wbuf", None) and result is not None:
+            conn.deadline = time.monotonic() + self.request_timeout
+            self._writing[conn] = None
+            self.poller.register(conn.sock, selectors.EVENT_WRITE, partial(self._flush, conn, fs))
+        elif result is _MORE:
             self._wait(conn)
         elif result is True and conn.rbuf and self.alive:
             conn.deadline = time.monotonic() + self.request_timeout
@@ -396,9 +421,29 @@ class BufferedThreadWorker(ThreadWorker):
                 self.linger(conn)
             else:
                 conn.sock.close()
+        for conn in [c for c in self._writing if c.deadline <= now]:  # it stopped reading
+            del self._writing[conn]
+            self.poller.unregister(conn.sock)
+            self.nr_conns -= 1
+            self.log.info("%s: answers not taken within %g s", conn.client[0] if conn.client else "-",
+                          self.request_timeout)
+            conn.sock.close()
         for conn, deadline in list(self._lingering.items()):
             if deadline <= now:
                 self._close_lingering(conn)
+
+
+class _Failed:
+    """A finished thread's future whose connection is to be closed (its client went away)."""
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self) -> None:
+        return None
+
+    def result(self) -> bool:
+        return False
 
 
 def _send(conn: _Conn, data: bytes) -> None:

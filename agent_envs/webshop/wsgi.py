@@ -22,7 +22,8 @@ one threaded worker, :class:`~agent_envs.webshop.http_worker.BufferedThreadWorke
 * **Slow and greedy clients.**  A request (head and body) must arrive whole within
   ``request_timeout`` seconds, else 408 and the connection is closed; until it is whole the
   connection waits in the worker's poller, and no thread ever waits on it, so clients that drip
-  bytes hold no thread (:mod:`~agent_envs.webshop.http_worker`).  A thread writes an answer with the same timeout.
+  bytes hold no thread (:mod:`~agent_envs.webshop.http_worker`).  Answers are written without
+  waiting too: a client has ``request_timeout`` seconds to take one, and holds no thread meanwhile.
   An idle keep-alive connection is closed after ``keepalive`` seconds; at most 1000 connections
   are open at once (gunicorn's ``worker_connections``).  A worker whose main loop stalls for
   ``worker_timeout`` seconds is killed and replaced (its sessions are lost).
@@ -79,7 +80,7 @@ class ProductionOptions:
             killed (0-600).
         keepalive: Seconds an idle keep-alive connection stays open (0: no keep-alive; 0-600).
         request_timeout: Seconds a request (head and body) may take to arrive whole, and a
-            thread may take to write its answer (1-600).
+            client may take to read an answer (1-600).
         worker_timeout: Seconds of a stalled worker main loop before it is replaced (1-3600).
         access_log: One line per request on stdout.
 
@@ -118,6 +119,7 @@ class ProductionOptions:
             "accesslog": "-" if self.access_log else None, "access_log_format": _ACCESS_FORMAT,
             "errorlog": "-", "loglevel": "info", "proc_name": "rubricgym-webshop",
             "limit_request_line": _MAX_REQUEST_LINE,
+            "sendfile": False,  # the worker's sockets never block; sendfile() needs a blocking one
             "worker_tmp_dir": shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None,
             # no runtime control socket: it could add workers, and workers do not share sessions
             "control_socket_disable": True,
