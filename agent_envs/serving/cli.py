@@ -48,6 +48,8 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def _kwargs(text: str) -> dict:
+    if not text.strip():  # an empty RUBRICGYM_SERVE_KWARGS (a compose default)
+        return {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
