@@ -2,8 +2,9 @@
 
 * page visits of new ids take at most ``--max-browser-sessions`` slots (the JSON API keeps the
   rest); a live session survives a full store (new ids get 503, nobody is evicted);
-* clients that send a byte, drip a head or a body, or never close hold no thread: a normal
-  client is answered meanwhile, and they are closed at ``--request-timeout``;
+* clients that send a byte, drip a head or a body, never close, or never read their answers
+  hold no thread: a normal client is answered meanwhile, and they are closed at
+  ``--request-timeout``; pipelined, ``Expect: 100-continue`` and oversize requests still work;
 * the search index is built before gunicorn forks the worker, not on the first search;
 * SIGTERM drains a request in flight and exits 0 within 5 s, outside a container and as PID 1
   of a new PID namespace (what Docker does; ``unshare --pid --fork --mount-proc``), and is not
