@@ -279,3 +279,10 @@ def test_arena_runs_it_with_the_references_defaults() -> None:
     for family in ("alfworld", "webshop"):
         est = resolve_method("hgpo", family).build()
         assert isinstance(est, HGPO) and (est.gamma, est.history_length, est.alpha) == (0.95, 2, 1.0)
+
+
+def test_the_arena_runs_hgpo_with_verl_agents_settings_per_environment() -> None:
+    from trainers.arena.variants import estimator_defaults
+
+    assert estimator_defaults("hgpo", "webshop") == {"norm": "mean"}  # verl-agent's WebShop runs
+    assert estimator_defaults("hgpo", "alfworld") == {}  # the reference's defaults

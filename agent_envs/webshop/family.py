@@ -49,9 +49,11 @@ ARENA = {
 }
 
 #: The papers' settings on WebShop (SPEC §4): GraphGPO and MCGPO's task branch γ = 0.2,
-#: MileGPO's ``webshop`` recipe (Table 5), SCPO α = 1.0 and τ_succ = 9.0 (of 10 points).
+#: MileGPO's ``webshop`` recipe (Table 5), SCPO α = 1.0 and τ_succ = 9.0 (of 10 points), HGPO's
+#: mean-only normalisation (verl-agent's WebShop HGPO runs set ``mode: mean_norm``).
 ESTIMATORS: dict[str, dict[str, Any]] = {
     "gigpo": {"gamma": 0.95},
+    "hgpo": {"norm": "mean"},
     "graphgpo": {"gamma": 0.2},
     "milegpo": {"preset": "webshop"},
     "scpo": {"alpha": 1.0, "success_threshold": 9.0},
