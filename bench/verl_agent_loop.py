@@ -147,7 +147,9 @@ def install(clock: Clock) -> None:
     loop_cls.run = clock.timed_async("ours: RubricgymEnvLoop.run", loop_cls.run)
     loop_cls._prompt = clock.timed("ours: prompt", loop_cls._prompt)
     ours.episode_pool = clock.timed("ours: episode_pool", ours.episode_pool)
-    ours.encode_row = clock.timed("ours: encode_row", ours.encode_row)
+    for name in ("encode_row", "_step_text", "_row_head"):  # the last two: rows written step by step
+        if hasattr(ours, name):
+            setattr(ours, name, clock.timed(f"ours: {name}", getattr(ours, name)))
     pool.EnvPool.__init__ = clock.timed("ours: EnvPool.__init__", pool.EnvPool.__init__)
     episode.EpisodePool.acquire = clock.timed("ours: EpisodePool.acquire", episode.EpisodePool.acquire)
     for name in ("_started", "_record", "_action", "_reset_args"):

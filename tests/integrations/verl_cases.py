@@ -408,7 +408,7 @@ def tokenizer():
 
 
 def _check_outputs(outputs, tokenizer, actions, won: bool):
-    from wrappers.integrations.verl import decode_row
+    from wrappers.integrations.verl import decode_row, encode_row
 
     assert len(outputs) == len(actions)
     steps = []
@@ -417,6 +417,7 @@ def _check_outputs(outputs, tokenizer, actions, won: bool):
         assert out.response_mask == [1] * len(out.response_ids)
         assert out.response_logprobs == [-0.25] * len(out.response_ids)
         step, traj = decode_row(out.extra_fields["rubricgym"])
+        assert out.extra_fields["rubricgym"] == encode_row(step, **traj)  # written step by step, the same text
         assert traj["success"] is won
         assert set(step.keys) >= {"exact", "coarse", "signature"} and step.state_key is not None
         steps.append(step)

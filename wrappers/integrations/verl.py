@@ -192,9 +192,22 @@ def encode_row(step: Step, *, task_id: Hashable, score: float, success: bool, tr
     >>> decode_row(text)[0].state_key
     ('room', frozenset({'a'}))
     """
-    traj = Trajectory(task_id=task_id, slot=0, steps=[step], score=float(score), success=bool(success),
-                      truncated=bool(truncated))
-    return json.dumps(traj.to_dict(), ensure_ascii=False, allow_nan=False)
+    return _row_head(task_id, score, success, truncated) + _step_text(step) + "]}"
+
+
+def _step_text(step: Step) -> str:
+    """A step's part of :func:`encode_row` (the costly part: the agent loop writes it as the
+    step is played, and only the outcome once the episode is over)."""
+    body = Trajectory(task_id=None, slot=0, steps=[step]).to_dict()["steps"][0]
+    return json.dumps(body, ensure_ascii=False, allow_nan=False)
+
+
+def _row_head(task_id: Hashable, score: float, success: bool, truncated: bool) -> str:
+    """:func:`encode_row` up to its step: the trajectory's fields, then ``"steps": [``."""
+    head = Trajectory(task_id=task_id, slot=0, score=float(score), success=bool(success),
+                      truncated=bool(truncated)).to_dict()
+    del head["steps"]
+    return json.dumps(head, ensure_ascii=False, allow_nan=False)[:-1] + ', "steps": ['
 
 
 def decode_row(text: str) -> tuple[Step, dict[str, Any]]:
@@ -411,9 +424,9 @@ class RubricgymEnvLoop(AgentLoopBase):
             episodes.release(ep, retire=True)  # an environment that raised is not reused
             raise
         episodes.release(ep)
-        for out, step in zip(outputs, traj.steps, strict=True):
-            out.extra_fields[ROW_FIELD] = encode_row(step, task_id=traj.task_id, score=traj.score,
-                                                     success=traj.success, truncated=traj.truncated)
+        head = _row_head(traj.task_id, traj.score, traj.success, traj.truncated)
+        for out in outputs:  # encode_row of each step: its step text was written as it was played
+            out.extra_fields[ROW_FIELD] = head + out.extra_fields[ROW_FIELD] + "]}"
         outputs[-1].reward_score = traj.outcome
         outputs[-1].extra_fields["reward_extra_info"] = {"score": traj.score, "success": float(traj.success),
                                                          "steps": float(len(traj.steps))}
@@ -433,14 +446,14 @@ class RubricgymEnvLoop(AgentLoopBase):
                 assistant_logprobs=gen.log_probs if gen.log_probs else None)
             response_ids = merged.token_ids[-len(mask):] if mask else []
             prompt_ids = merged.token_ids[: len(merged.token_ids) - len(mask)]
-            await ep.astep(self.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
+            played = await ep.astep(self.tokenizer.decode(gen.token_ids, skip_special_tokens=True))
             n = self.response_length
             outputs.append(AgentLoopOutput(
                 prompt_ids=prompt_ids, response_ids=response_ids[:n], response_mask=mask[:n],
                 response_logprobs=logprobs[:n] if logprobs else None, num_turns=2,
                 metrics=AgentLoopMetrics(generate_sequences=gen_s,
                                          num_preempted=gen.num_preempted if gen.num_preempted is not None else -1),
-                extra_fields={"turn_scores": [], "tool_rewards": []},
+                extra_fields={"turn_scores": [], "tool_rewards": [], ROW_FIELD: _step_text(played.step)},
             ))
         return outputs
 
