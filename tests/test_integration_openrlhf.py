@@ -98,6 +98,39 @@ def test_invalid_responses_and_the_turn_limit(env_vars, tokenizer, monkeypatch) 
     assert traj.truncated and [s.valid for s in traj.steps] == [False, True]
 
 
+def test_agent_file_plays_a_sokoban_episode_won_by_the_family_expert(monkeypatch, tokenizer) -> None:
+    """Sokoban through the agent file with nothing Sokoban-specific in it: the family's expert
+    solves level 3 of the train split (12 moves, see test_integration_skyrl.py) and its
+    solution, as the engine's responses, wins the sample in the environment's worker process."""
+    import gymnasium as gym
+
+    from agent_envs.family import family_of
+
+    monkeypatch.setenv("RUBRICGYM_ENV", "Sokoban-Rubric-v0")
+    monkeypatch.delenv("RUBRICGYM_ENV_KWARGS", raising=False)
+    monkeypatch.setenv("RUBRICGYM_MAX_TURNS", "15")
+    env = gym.make("Sokoban-Rubric-v0")
+    _, info = env.reset(options={"task": 3, "split": "train"})
+    plan = family_of(env).expert_plan(info)
+    env.close()
+    assert len(plan) == 12
+    executor = load_agent_file()
+    # twelve turns of a 512-character prompt (338 tokens of the tiny tokenizer) take more than
+    # the other tests' 4096 tokens: there OpenRLHF stops the sample after 11 decisions
+    out, engine = run(executor, tokenizer, [f"<action>{a}</action>" for a in plan], task_prompt(3, seed=0, split="train"),
+                      max_length=8192)
+    # eleven moves at -0.1, the last +1 (box on target) +10 (solved) -0.1; the score: every box placed
+    assert out["reward"] == pytest.approx(9.8) and float(out["scores"]) == 1.0 and len(out["action_ranges"]) == 12
+    text = tokenizer.decode(out["observation_tokens"])
+    assert "######\n#____#\n#__X_#\n#O__##\n#P_###\n######" in text and "√ box on target" in text
+    for (a, b), action in zip(out["action_ranges"], plan):
+        assert tokenizer.decode(out["observation_tokens"][a:b]) == f"<action>{action}</action><|im_end|>"
+    assert len(engine.seen) == 12
+    (traj,) = executor.last_trajectories
+    assert [s.action for s in traj.steps] == plan and traj.success and traj.task_id == "sokoban/6x6-1box/3"
+    assert all(s.valid for s in traj.steps) and traj.steps[0].keys["exact"] == ((4, 1), ((2, 3),))
+
+
 def _episode_pool():
     cfg = openrlhf_agent.AgentConfig.from_environ()
     return episode_pool(cfg.env, cfg.env_kwargs, workers=cfg.env_workers, backend=cfg.env_backend,

@@ -10,6 +10,7 @@ skyrl_gym = pytest.importorskip(
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 
+from agent_envs.family import family_of
 from wrappers.credit import get_estimator
 from wrappers.integrations import skyrl as adapter
 
@@ -110,6 +111,48 @@ def test_omegaconf_env_config_as_skyrl_passes_it(config: dict) -> None:
 
     env = skyrl_gym.make("rubricgym", env_config=OmegaConf.create(config), extras={"task": 0})
     assert [o["reward"] for o in play(env, WIN)][-1] == 10.0
+    env.close()
+
+
+# Sokoban-Rubric-v0, level 3 of the train split (the environment's docstring shows it): the player
+# P must walk round to the box's right (7 moves: to (1, 4) and down), push it left twice, step
+# up and left (2) and push it down onto the target: 12 moves, the last one placing the box
+SOKOBAN = {"env_id": "Sokoban-Rubric-v0", "max_turns": 15}
+LEVEL_3 = "######\n#____#\n#__X_#\n#O__##\n#P_###\n######"
+
+
+def test_sokoban_won_by_replaying_the_family_experts_solution() -> None:
+    """Sokoban through the adapter with nothing Sokoban-specific in it: the family's expert
+    solves the level the row names, and its solution, replayed as responses, wins."""
+    env = skyrl_gym.make("rubricgym", env_config=SOKOBAN, extras={"task": 3, "split": "train", "seed": 0})
+    conv, meta = env.init([{"role": "user", "content": "the dataset prompt is replaced"}])
+    assert meta["task_id"] == "sokoban/6x6-1box/3" and "box onto the target" in meta["goal"]
+    assert LEVEL_3 in conv[0]["content"] and "Possible actions: up | down | left | right" in conv[0]["content"]
+    plan = family_of("Sokoban-Rubric-v0").expert_plan(env.episode.info)
+    assert len(plan) == 12
+    outs = [env.step(f"<think>push</think><action>{a}</action>") for a in plan]
+    # -0.1 a move; the last also +1 (box on target) +10 (solved)
+    assert [o["reward"] for o in outs] == pytest.approx([-0.1] * 11 + [10.9])
+    assert [o["done"] for o in outs] == [False] * 11 + [True] and outs[-1]["observations"] == []
+    assert [o["postprocessed_action"] for o in outs] == plan and outs[-1]["metadata"]["won"]
+    # before the last move the player stands above the box, which one push places
+    assert env.steps[-1].rubric == {"box_pushable": True, "boxes_on_target": 0, "box_deadlocked": False,
+                                    "solved": False, "invalid_actions": 0}
+    traj = env.trajectory(slot=0)
+    assert traj.success and traj.score == 1.0 and traj.outcome == pytest.approx(9.8) and not traj.truncated
+    assert env.get_metrics() == {"success": 1.0, "score": 1.0, "steps": 12, "invalid_share": 0.0}
+    env.close()
+
+
+def test_sokoban_invalid_moves_and_the_turn_limit() -> None:
+    env = skyrl_gym.make("rubricgym", env_config={**SOKOBAN, "max_turns": 2}, extras={"task": 3, "split": "train"})
+    env.init([])
+    first, second = env.step("<action>jump</action>"), env.step("<action>left</action>")  # left: into a wall
+    assert first["reward"] == pytest.approx(-0.1) and first["metadata"]["valid"] is False and not first["done"]
+    assert second["reward"] == pytest.approx(-0.1) and second["metadata"]["valid"] and second["done"]
+    assert LEVEL_3 in first["observations"][0]["content"]  # nothing moved
+    traj = env.trajectory()
+    assert traj.truncated and not traj.success and [s.rubric["invalid_actions"] for s in traj.steps] == [0, 1]
     env.close()
 
 
