@@ -3,7 +3,8 @@
 * ``:shuffle<k>`` permutes the advantages of k % of an update's rows among themselves,
   ``:step_shuffle`` each trajectory's among its own steps, ``:no_rl`` never updates;
 * every report pairs each control with the method it degrades and says whether the setting
-  resolves the loss;
+  resolves the loss; the default generated-ALFWorld setting resolves the step-shuffle control
+  on three seeds;
 * coupled sampling (Gumbel-max with action-keyed noise) draws from the softmax, and two
   policies that agree choose alike, whatever order the actions come in.
 """
@@ -84,22 +85,46 @@ def test_coupled_sampling_draws_from_the_softmax_and_couples_agreeing_policies()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_the_report_says_which_controls_the_setting_resolves(tmp_path: Path) -> None:
+    """GiGPO with its step credit destroyed (``gigpo:step_shuffle``), three seeds of the default
+    generated-ALFWorld setting: the control is resolved (its 95% interval lies below 0).
+
+    Measured L5 differences (control − GiGPO) at seeds 0-3: −27.8, −19.4, −23.6, −5.6 points;
+    seeds 0-2 give −23.6 [−34.0, −13.3].  These seeds show more than the average loss (over 64
+    seeds −6.3 [−9.3, −3.3], docs/results/arena-alfworld-generated.md); the runs are
+    deterministic, so the test pins them.  With the shared update rule made a no-op on the
+    weights the control equals GiGPO at every seed and the test fails.
+    """
     out = tmp_path / "arena"
-    args = ["arena", "--env", "webshop", "--estimators", "grpo", "--variants", "grpo:no_rl,grpo:shuffle50",
-            "--seeds", "3", "--updates", "6", "-P", "2", "-G", "4", "--train-tasks", "6", "--val-tasks", "6",
-            "--eval-every", "3", "-j", "1", "-o", str(out)]
+    args = ["arena", "--env", "alfworld-generated", "--estimators", "gigpo", "--variants", "gigpo:step_shuffle",
+            "--seeds", "3", "-j", "1", "-o", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "results.json").read_text())
     cal = summary["calibration"]
-    assert set(cal) == {"grpo:no_rl", "grpo:shuffle50"}
-    assert all(c["parent"] == "grpo" and c["n"] == 3 for c in cal.values())
-    for label, c in cal.items():
-        diffs = np.subtract(summary["methods"][label]["L5"]["per_seed"], summary["methods"]["grpo"]["L5"]["per_seed"])
-        assert c["mean"] == pytest.approx(float(diffs.mean()))
-        assert c["resolved"] == (c["hi"] < 0)
+    assert set(cal) == {"gigpo:step_shuffle"}
+    c = cal["gigpo:step_shuffle"]
+    assert c["parent"] == "gigpo" and c["n"] == 3
+    diffs = np.subtract(summary["methods"]["gigpo:step_shuffle"]["L5"]["per_seed"],
+                        summary["methods"]["gigpo"]["L5"]["per_seed"])
+    assert c["mean"] == pytest.approx(float(diffs.mean()))
+    assert c["resolved"] and c["hi"] < 0  # this setting sees the loss of step credit
     md = (out / "results.md").read_text()
-    assert "Calibration" in md and "| grpo:no_rl | grpo |" in md
+    assert "| gigpo:step_shuffle | gigpo |" in md and "Not resolved here" not in md
+
+
+@pytest.mark.slow
+def test_a_no_rl_control_is_never_updated(tmp_path: Path) -> None:
+    out = tmp_path / "arena"
+    args = ["arena", "--env", "webshop", "--estimators", "grpo", "--variants", "grpo:no_rl", "--seeds", "2",
+            "--updates", "2", "-P", "2", "-G", "2", "--train-tasks", "4", "--val-tasks", "2", "--eval-every", "2",
+            "-j", "1", "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    cal = json.loads((out / "results.json").read_text())["calibration"]
+    assert cal["grpo:no_rl"]["parent"] == "grpo" and cal["grpo:no_rl"]["n"] == 2
     recs = [json.loads(line) for line in (out / "runs" / "grpo:no_rl__seed0" / "metrics.jsonl").open()]
     assert all("opt/delta_norm" not in r for r in recs if r["phase"] == "train")  # never updated
+    assert any("opt/delta_norm" in r for r in (json.loads(line) for line in
+               (out / "runs" / "grpo__seed0" / "metrics.jsonl").open()) if r["phase"] == "train")
