@@ -12,7 +12,8 @@ worker builds it (``AgentLoopWorker._run_agent_loop``: ``hydra.utils.instantiate
 registry entry with the trainer config, verl's own ``ppo_trainer`` config composed, a server
 manager, the tokenizer, ...) inside the session's task on the event loop, then ``run()``.  A
 stand-in for verl's server manager (no vLLM here) answers each request after ``--gen-ms`` of
-``asyncio.sleep`` with the next action of the task's walkthrough, so every episode is won.
+``asyncio.sleep`` with ``look`` (``--detour`` times, default 10) and then the task's
+walkthrough, so every episode is won, in 15-20 steps.
 Round 1 holds the *first* episodes (the environment pool starts, its worker loads the games);
 later rounds play the next tasks on the warm pool.
 
@@ -202,7 +203,8 @@ def _describe(handle) -> str:
 class StandInServer:
     """verl's server manager stand-in: the walkthrough's next action after ``delay`` seconds."""
 
-    def __init__(self, tokenizer, walkthrough: list[str], delay: float) -> None:
+    def __init__(self, tokenizer, walkthrough: list[str], delay: float, detour: int = 0) -> None:
+        walkthrough = ["look"] * detour + walkthrough  # longer episodes that still win
         self.tok, self.walkthrough, self.delay = tokenizer, walkthrough, delay
         self.turns: dict[str, int] = defaultdict(int)
         self.encoded = {a: tokenizer.encode(f"<action>{a}</action>", add_special_tokens=False) + [tokenizer.eos_token_id]
@@ -258,7 +260,7 @@ async def play_round(args, clock: Clock, config, tokenizer, env_kwargs: dict, ta
     )
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    server = StandInServer(tokenizer, walk, args.gen_ms / 1000)
+    server = StandInServer(tokenizer, walk, args.gen_ms / 1000, args.detour)
     server.generate = clock.timed_async("stand-in server", server.generate)
     spec = json.dumps({"env_id": "ALFWorld-Rubric-v0", "env_kwargs": env_kwargs, "task": task, "seed": 0,
                        "style": "action_only", "env_workers": args.env_workers})
@@ -346,6 +348,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="round 1: first episodes; then warm rounds")
     ap.add_argument("--gen-ms", type=float, default=20.0, help="the stand-in server's answer delay")
+    ap.add_argument("--detour", type=int, default=10, help="'look' steps before each walkthrough")
     ap.add_argument("--env-workers", type=int, default=1)
     ap.add_argument("--split", default="generated", help="generated (default) or a real split under $ALFWORLD_DATA")
     ap.add_argument("--games", type=int, default=4, help="generated games (--split generated)")
@@ -389,7 +392,7 @@ def main() -> None:
     if args.profile:
         return
     print(f"verl agent loop: {args.sessions} concurrent sessions, ALFWorld split {args.split}, stand-in server "
-          f"{args.gen_ms:g} ms, env_workers={args.env_workers}; {date.today()}, "
+          f"{args.gen_ms:g} ms, detour {args.detour}, env_workers={args.env_workers}; {date.today()}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print("stall: the ticker's lateness; floor: the ticker alone after the round; a turn: the callbacks of one "
           "turn of the event loop; ours: rubricgym's exclusive time in one turn (wall / this thread's CPU)")
