@@ -41,6 +41,7 @@ Example (outcome level, what ``compute_advantage`` calls):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -410,6 +411,10 @@ class RubricgymEnvLoop(AgentLoopBase):
         return build_messages(text, spec["system"] or None)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
+        # verl starts a batch's sessions in one turn of its event loop, each building its loop
+        # object there (hydra's instantiate, ~3 ms of CPU each); the episode's setup (and the first
+        # session's start of the environment pool: a process spawn) waits for the next turn
+        await asyncio.sleep(0)
         spec = _episode_spec(kwargs, self.defaults)
         episodes = episode_pool(spec["env_id"], spec["env_kwargs"], workers=spec["env_workers"],
                                 backend=spec["env_backend"], ray_options=spec["env_ray_options"],
