@@ -53,6 +53,7 @@ from agent_envs.serving.client import RubricEnvClient, reset_tuple, step_tuple
 with RubricEnvClient(base_url="http://127.0.0.1:8000").sync() as client:
     obs, info = reset_tuple(client.reset(seed=0, options={"task": int(sys.argv[1])}))
     walk = task_walkthrough(info)
+    assert walk, f"no walkthrough readable at {info['task'].get('gamefile')}"
     for action in walk:
         obs, reward, terminated, truncated, info = step_tuple(client.step(action))
 print(json.dumps({"steps": len(walk), "reward": reward, "won": info["won"], "split": info["task"].get("split")}))
@@ -110,8 +111,11 @@ class Box:
         kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
         return int(kids[0])
 
-    def netns(self, argv: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-        return _run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net", *argv], timeout=timeout)
+    def netns(self, argv: list[str], timeout: float = 300, mounts: bool = False) -> subprocess.CompletedProcess:
+        """``argv`` in the server's network namespace (``mounts``: and its mount namespace, where
+        the data mount and the read-only root are)."""
+        ns = [f"--net=/proc/{self.proc.pid}/ns/net", *([f"--mount=/proc/{self.proc.pid}/ns/mnt"] if mounts else [])]
+        return _run(["nsenter", *ns, *argv], timeout=timeout)
 
     def stop(self) -> int:
         """SIGTERM to PID 1 (docker stop); its exit status (SIGKILL after 60 s)."""
@@ -169,7 +173,7 @@ def test_real_split_from_a_read_only_alfworld_data_mount(alfworld_data, tmp_path
     b = Box(_image_config(), env=('RUBRICGYM_SERVE_KWARGS={"split": "valid_seen"}',), data=str(alfworld_data))
     try:
         b.start(tmp_path / "server.log")
-        out = b.netns(b.in_image(["python", "-c", EPISODE, "0"]))
+        out = b.netns(b.in_image(["python", "-c", EPISODE, "0"]), mounts=True)  # the client reads the game file
         assert out.returncode == 0, out.stderr[-3000:]
         got = json.loads(out.stdout.strip().splitlines()[-1])
         assert (got["won"], got["split"]) == (True, "valid_seen")
