@@ -370,10 +370,12 @@ def test_a_lost_worker_fails_the_awaiting_steps_with_its_name(tmp_path, how):
 
     (tmp_path / "gate").touch()
     pool = EnvPool(functools.partial(_Gated, str(tmp_path / "gate")), n=2, workers=1,
-                   timeout=1.0 if how == "timeout" else None)
+                   timeout=60.0 if how == "timeout" else None)
 
     async def main():
         await asyncio.gather(pool.areset(0), pool.areset(1))
+        if how == "timeout":  # the worker has started (its spawn may take seconds on a busy machine)
+            pool.hosts[0].timeout = 1.0
         pid = pool.procs[0].pid
         steps = [asyncio.ensure_future(pool.astep(0, "hang")), asyncio.ensure_future(pool.astep(1, "go"))]
         await asyncio.sleep(0.2)
