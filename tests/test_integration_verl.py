@@ -10,13 +10,12 @@ skip is a failure).  Each case of the venv run is reported here as a test of its
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from venv_cases import run_in_venv  # tests/ is on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = "tests/integrations/verl_cases.py"
@@ -56,28 +55,8 @@ EXPECTED = [
 @pytest.fixture(scope="module")
 def verl_run(tmp_path_factory) -> dict[str, tuple[str, str]]:
     """Run the cases once in verl's venv: ``{case name: (outcome, message)}``."""
-    python = os.environ.get("RUBRICGYM_VERL_PYTHON")
-    if not python:
-        pytest.skip(f"verl's venv is not set up (RUBRICGYM_VERL_PYTHON is unset); create it with: {VENV_COMMAND}")
-    if not Path(python).is_file():
-        pytest.fail(f"RUBRICGYM_VERL_PYTHON={python} does not exist; create the venv with: {VENV_COMMAND}")
-    xml = tmp_path_factory.mktemp("verl") / "cases.xml"
-    done = subprocess.run(
-        [python, "-m", "pytest", CASES, DOCTESTS, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-         "-W", "ignore::UserWarning"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
-    if not xml.is_file():
-        pytest.fail(f"verl's venv did not run the cases (exit {done.returncode}):\n{done.stdout[-4000:]}\n"
-                    f"{done.stderr[-4000:]}")
-    results = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                outcome, message = tag, (node.get("message") or "") + "\n" + (node.text or "")
-        results[case.get("name")] = (outcome, message)
-    return results
+    return run_in_venv("RUBRICGYM_VERL_PYTHON", "verl", VENV_COMMAND, [CASES, DOCTESTS],
+                       tmp_path_factory.mktemp("verl"), ("-W", "ignore::UserWarning"))
 
 
 @pytest.mark.slow

@@ -12,13 +12,12 @@ checks that need no OpenEnv run here directly.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from venv_cases import run_in_venv  # tests/ is on sys.path
 
 from agent_envs.registration import ENV_IDS
 
@@ -55,27 +54,8 @@ EXPECTED = [
 @pytest.fixture(scope="module")
 def openenv_run(tmp_path_factory) -> dict[str, tuple[str, str]]:
     """Run the cases once in OpenEnv's venv: ``{case name: (outcome, message)}``."""
-    python = os.environ.get("RUBRICGYM_OPENENV_PYTHON")
-    if not python:
-        pytest.skip(f"OpenEnv's venv is not set up (RUBRICGYM_OPENENV_PYTHON is unset); create it with: {VENV_COMMAND}")
-    if not Path(python).is_file():
-        pytest.fail(f"RUBRICGYM_OPENENV_PYTHON={python} does not exist; create the venv with: {VENV_COMMAND}")
-    xml = tmp_path_factory.mktemp("openenv") / "cases.xml"
-    done = subprocess.run(
-        [python, "-m", "pytest", CASES, *DOCTESTS, "-q", "-p", "no:cacheprovider", f"--junitxml={xml}"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
-    if not xml.is_file():
-        pytest.fail(f"OpenEnv's venv did not run the cases (exit {done.returncode}):\n{done.stdout[-4000:]}\n"
-                    f"{done.stderr[-4000:]}")
-    results = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                outcome, message = tag, (node.get("message") or "") + "\n" + (node.text or "")
-        results[case.get("name")] = (outcome, message)
-    return results
+    return run_in_venv("RUBRICGYM_OPENENV_PYTHON", "OpenEnv", VENV_COMMAND, [CASES, *DOCTESTS],
+                       tmp_path_factory.mktemp("openenv"))
 
 
 @pytest.mark.slow

@@ -106,10 +106,10 @@ class RubricEnvironment(Environment[RubricAction, RubricObservation, RubricState
         """Step the action (text, or the tool call's text).
 
         Raises:
-            RuntimeError: no episode has been started in this session.
+            RuntimeError: no episode has been started on this connection.
         """
         if not self._started:
-            raise RuntimeError("no episode in this session: reset first (episodes are played over the /ws "
+            raise RuntimeError("no episode on this connection: reset first (episodes are played over the /ws "
                                "WebSocket; the stateless /step route has none)")
         obs, reward, terminated, truncated, info = self._env.step(action.as_text())
         self._state.step_count += 1

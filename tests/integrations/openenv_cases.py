@@ -219,10 +219,10 @@ def test_a_server_restart_fails_the_call_in_flight_and_the_client_reconnects():
         with pytest.raises(Exception) as lost:
             client.step(info["admissible_actions"][0])
         if "ConnectionClosed" in type(lost.value).__name__:  # the close had not been read yet: this call saw it
-            with pytest.raises(RuntimeError, match="no episode in this session: reset first"):
+            with pytest.raises(RuntimeError, match="no episode on this connection: reset first"):
                 client.step("look")
         else:  # the client reconnected to a fresh session, which says the episode is gone
-            assert isinstance(lost.value, RuntimeError) and "no episode in this session: reset first" in str(lost.value)
+            assert isinstance(lost.value, RuntimeError) and "no episode on this connection: reset first" in str(lost.value)
         _, info2 = reset_tuple(client.reset(seed=0, options={"task": 0}))
         assert info2["task"] == info["task"]
         client.close()
