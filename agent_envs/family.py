@@ -50,6 +50,7 @@ __all__ = [
     "ToolKind",
     "families",
     "family_of",
+    "family_of_task",
     "get_family",
     "load_entry",
     "register_family",
@@ -125,6 +126,10 @@ class Family:
         arena: ``rubricgym arena --env`` name -> :class:`ArenaPreset`.
         estimators: Estimator name -> its keyword parameters in the papers' setting for this
             environment (SPEC §4).
+        observation_features: ``"module:function"``: ``(observation, actions) -> [named
+            features of each action]`` (``{name: value}`` per action, in order), what an agent
+            can read off the observation text about each action; the arena's linear policy
+            adds them to its own features (``None``: none).
     """
 
     name: str
@@ -143,6 +148,7 @@ class Family:
     oracle: str | None = None
     arena: Mapping[str, ArenaPreset] = field(default_factory=dict)
     estimators: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    observation_features: str | None = None
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -240,3 +246,13 @@ def family_of(env: Any) -> Family | None:
     env_id = env if isinstance(env, str) else getattr(getattr(env, "spec", None), "id", None)
     name = _BY_ENV.get(env_id) if env_id is not None else None
     return _FAMILIES[name] if name is not None else None
+
+
+def family_of_task(task_type: str) -> Family | None:
+    """The family whose tasks carry the type ``task_type`` (``info["task"]["type"]``): the family
+    of that name, or the one declaring it among its :attr:`Family.task_types`; ``None`` for any
+    other."""
+    for fam in families():
+        if task_type == fam.name or task_type in fam.task_types:
+            return fam
+    return None

@@ -79,4 +79,5 @@ FAMILY = Family(
     expert="agent_envs.sokoban.expert:plan",
     arena=ARENA,
     estimators=ESTIMATORS,
+    observation_features="agent_envs.sokoban.features:grid_features",
 )

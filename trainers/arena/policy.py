@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["POLICIES", "BatchEval", "DecisionFeatures", "Featurizer", "LinearSoftmaxPolicy", "action_noise",
-           "make_featurizer", "segment_softmax"]
+           "add_observation_features", "make_featurizer", "segment_softmax"]
 
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
@@ -445,9 +445,11 @@ class Featurizer:
         """:meth:`decision` of an episode's turn (:class:`~agent_envs.rollout.Turn`): its observation,
         pre-action rubric status (``turn.info["rubric"]``) and earlier actions, with the task's
         ``task`` and ``task_type``."""
-        return self.decision(goal=goal, task_type=task_type, observation=str(turn.observation), actions=actions,
-                             rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history],
-                             task=task)
+        decision = self.decision(goal=goal, task_type=task_type, observation=str(turn.observation), actions=actions,
+                                 rubric=turn.info.get("rubric"), history=[action for _obs, action in turn.history],
+                                 task=task)
+        return add_observation_features(decision, task_type=task_type, observation=str(turn.observation),
+                                        index=self.index)
 
     def decision(
         self,
@@ -515,6 +517,47 @@ class Featurizer:
             values=np.asarray(val, dtype=np.float64),
             owner=np.asarray(own, dtype=np.int64),
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _observation_reader(task_type: str) -> Any:
+    """The ``observation_features`` function of the family whose tasks have this type, or ``None``."""
+    from agent_envs.family import family_of_task, load_entry
+
+    fam = family_of_task(task_type)
+    return load_entry(fam.observation_features) if fam is not None and fam.observation_features else None
+
+
+def add_observation_features(decision: DecisionFeatures, *, task_type: str, observation: str,
+                             index: Any) -> DecisionFeatures:
+    """``decision`` with the features its environment family reads off the observation text
+    (:attr:`agent_envs.family.Family.observation_features`, found from the task's type, which
+    names the environment as an agent's system prompt does), hashed by ``index``; the same
+    ``decision`` for a family that declares none.
+
+    Example:
+        >>> feat = Featurizer(2**10)
+        >>> d = feat.decision(goal="g", task_type="webshop", observation="o", actions=["search[x]"])
+        >>> add_observation_features(d, task_type="webshop", observation="o", index=feat.index) is d
+        True
+    """
+    reader = _observation_reader(str(task_type))
+    if reader is None:
+        return decision
+    idx: list[int] = []
+    val: list[float] = []
+    own: list[int] = []
+    for k, feats in enumerate(reader(observation, decision.actions)):
+        for name, value in feats.items():
+            if value:
+                idx.append(index(name))
+                val.append(float(value))
+                own.append(k)
+    if not idx:
+        return decision
+    return DecisionFeatures(actions=decision.actions, indices=np.concatenate([decision.indices, idx]).astype(np.int64),
+                            values=np.concatenate([decision.values, val]),
+                            owner=np.concatenate([decision.owner, own]).astype(np.int64))
 
 
 #: The arena's policy settings (``rubricgym arena --policy``): ``rubric``, :class:`Featurizer` (the

@@ -50,6 +50,7 @@ from trainers.arena.policy import (
     _parse_action,
     _tokens,
     _verb,
+    add_observation_features,
 )
 
 __all__ = ["HISTORY_LENGTH", "TextFeaturizer"]
@@ -101,8 +102,12 @@ class TextFeaturizer:
     def turn_decision(self, turn: Any, *, goal: str, actions: Sequence[str], task: Mapping[str, Any] | None = None,
                       task_type: str = "-") -> DecisionFeatures:
         """The decision of an episode's turn (:class:`~agent_envs.rollout.Turn`): its observation and
-        history; ``task``, ``task_type`` and ``turn.info`` are not read (the prompt shows none of them)."""
-        return self.decision(goal=goal, observation=str(turn.observation), actions=actions, history=turn.history)
+        history, with what the environment's family reads off the observation
+        (:func:`~trainers.arena.policy.add_observation_features`; ``task_type`` names the
+        environment, as the prompt's system message does); ``task`` and ``turn.info`` are not read."""
+        decision = self.decision(goal=goal, observation=str(turn.observation), actions=actions, history=turn.history)
+        return add_observation_features(decision, task_type=task_type, observation=str(turn.observation),
+                                        index=self._hash.index)
 
     def decision(self, *, goal: str, observation: str, actions: Sequence[str],
                  history: Sequence[tuple[str, str]] = ()) -> DecisionFeatures:
