@@ -127,13 +127,32 @@ def _render(goal: str, observation: str, admissible: Sequence[str], history: lis
         lines.append(f"Actions taken so far: {taken}. The last {len(history)} turn(s):")
         first = taken - len(history) + 1
         for k, (obs, act) in enumerate(history):
-            lines.append(f"[turn {first + k}] saw: {obs.strip()}")
+            lines.append(_shown(f"[turn {first + k}] saw:", obs))
             lines.append(f"[turn {first + k}] did: {act.strip()}")
-    lines.append(f"Now (turn {taken + 1}) you see: {observation.strip()}")
+    lines.append(_shown(f"Now (turn {taken + 1}) you see:", observation))
     if list_actions:
         lines.append("Possible actions: " + " | ".join(a.strip() for a in admissible))
     lines.append(instruction or (_INSTRUCTIONS if list_actions else _INSTRUCTIONS_NO_LIST)[style])
     return "\n".join(lines)
+
+
+def _shown(lead: str, observation: str) -> str:
+    r"""``lead`` and the observation: on the same line when it is one line, else from the next
+    line on, so that a multi-line observation (a grid) keeps its rows aligned; blank lines before
+    it and whitespace at its end go, its first row keeps its indentation.
+
+    >>> _shown("saw:", "  You see a mug 1. ")
+    'saw: You see a mug 1.'
+    >>> _shown("saw:", "\n#__#\n#P_#\n")
+    'saw:\n#__#\n#P_#'
+    """
+    text = observation.strip()
+    if "\n" not in text:
+        return f"{lead} {text}"
+    rows = observation.rstrip().splitlines()
+    while rows and not rows[0].strip():
+        rows.pop(0)
+    return lead + "\n" + "\n".join(rows)
 
 
 def info_goal(info: Mapping[str, Any]) -> str:
