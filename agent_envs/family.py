@@ -48,6 +48,7 @@ __all__ = [
     "ArenaPreset",
     "Family",
     "ToolKind",
+    "estimator_params",
     "families",
     "family_of",
     "family_of_task",
@@ -159,6 +160,11 @@ class Family:
         """The expert's plan for the task of an episode's first ``info`` (``[]``: none)."""
         return list(load_entry(self.expert)(info)) if self.expert else []
 
+    def estimator_params(self, estimator: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``estimator``'s keyword parameters in the papers' setting for this family
+        (:attr:`estimators`; ``{}`` when it declares none), with ``overrides`` (the user's) on top."""
+        return {**self.estimators.get(estimator, {}), **(overrides or {})}
+
 
 _FAMILIES: dict[str, Family] = {}
 _BY_ENV: dict[str, str] = {}
@@ -237,6 +243,20 @@ def get_family(name: str) -> Family:
     if name not in known:
         raise ValueError(f"unknown environment family {name!r}; registered: {', '.join(known)}")
     return known[name]
+
+
+def estimator_params(env: Any, estimator: str, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The keyword parameters of ``estimator`` on ``env`` (a Gymnasium id or an environment made
+    from one): its family's (:meth:`Family.estimator_params`), ``overrides`` on top; only
+    ``overrides`` for an environment of no registered family.
+
+    >>> estimator_params("Sokoban-Rubric-v0", "graphgpo"), estimator_params("Sokoban-Rubric-v0", "graphgpo", {"gamma": 0.5})
+    ({'gamma': 0.8}, {'gamma': 0.5})
+    >>> estimator_params("CartPole-v1", "graphgpo")
+    {}
+    """
+    fam = family_of(env)
+    return fam.estimator_params(estimator, overrides) if fam is not None else dict(overrides or {})
 
 
 def family_of(env: Any) -> Family | None:

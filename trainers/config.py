@@ -143,7 +143,7 @@ class CreditSettings:
     """Credit assignment: the estimator and what the PPO ratio is computed on."""
 
     estimator: str = setting("graphgpo", "Credit estimator by name (wrappers.credit.available_estimators()).")
-    estimator_params: YamlDict = setting({}, "Keyword parameters of the estimator, a mapping (e.g. '{gamma: 0.1}').")
+    estimator_params: YamlDict = setting({}, "Keyword parameters of the estimator, a mapping (e.g. '{gamma: 0.1}'), on top of the papers' setting the environment's family declares (agent_envs.family.Family.estimators, e.g. GraphGPO's gamma 0.8 on Sokoban).")
     rubric_shaping: float = setting(0.0, "Rubric event shaping coefficient [MCGPO Eq. 18]: each step's penalty gets coef·(channels that rose − channels that fell), which estimators add to the step's return (0 = off; needs info['rubric']).", ge=0)
     rl_loss: Literal["auto", "tokens", "choice"] = setting("auto", "What the PPO ratio, KL and entropy are computed on: 'tokens' (the response's tokens; SPEC §5, the papers' objective in generate mode), 'choice' (choose mode only: the choose policy's own log-probability of the sampled action, log-softmax over the admissible actions' scores at the rollout temperature; one ratio per decision, the entropy of the choice distribution) or 'auto' (choice in choose mode, else tokens).")
 
@@ -257,6 +257,14 @@ class TrainConfig:
             return value
         return "choice" if self.prompt.action_mode == "choose" else "tokens"
 
+    def estimator_params(self) -> dict[str, Any]:
+        """The estimator's keyword parameters: the papers' setting that the environment's family
+        declares (:meth:`agent_envs.family.Family.estimator_params`, as the arena takes them, e.g.
+        GraphGPO's γ = 0.8 on Sokoban), with the ``estimator_params`` setting on top."""
+        from agent_envs.family import estimator_params
+
+        return estimator_params(self.env.env_id, self.credit.estimator, self.credit.estimator_params)
+
     def _validate_estimator(self) -> None:
         from wrappers.credit import available_estimators, get_estimator
 
@@ -264,7 +272,7 @@ class TrainConfig:
         if self.credit.estimator not in names:
             raise ConfigError(f"estimator must be one of {', '.join(map(repr, names))}; got {self.credit.estimator!r}")
         try:
-            get_estimator(self.credit.estimator, **self.credit.estimator_params)
+            get_estimator(self.credit.estimator, **self.estimator_params())
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"estimator_params: {exc}") from None
 

@@ -297,7 +297,7 @@ class Trainer:
         cfg = self.cfg
         from wrappers.credit import get_estimator
 
-        self.estimator = get_estimator(cfg.credit.estimator, **cfg.credit.estimator_params)
+        self.estimator = get_estimator(cfg.credit.estimator, **cfg.estimator_params())
         self.groups_here = len(range(self.rank, cfg.rollout.groups_per_update, self.world))
         env: Any = cfg.env.env_id
         if cfg.credit.rubric_shaping:
@@ -499,7 +499,8 @@ class Trainer:
         cpu_start = time.process_time()
         try:
             if self.start_update == 0 and not self.eval_history:  # the run's identity (trainers.metrics)
-                self.metrics.log(0, "run", run_identity("trainer", cfg.env.env_id, cfg.credit.estimator, "", cfg.schedule.seed, cfg.to_dict()))
+                self.metrics.log(0, "run", run_identity("trainer", cfg.env.env_id, cfg.credit.estimator, "", cfg.schedule.seed, cfg.to_dict(),
+                                                          estimator_params=cfg.estimator_params()))
             if self.start_update == 0 and cfg.schedule.eval_at_start and not self.eval_history:
                 progress.phase(f"validation before training ({len(self.val_task_ids)} tasks)")
                 self._eval_and_log(0)

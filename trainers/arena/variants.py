@@ -140,7 +140,7 @@ def estimator_defaults(estimator: str, family: str, scpo_scorer: str = "lexical"
     """
     from agent_envs.family import get_family
 
-    params = dict(get_family(family).estimators.get(estimator, {}))
+    params = get_family(family).estimator_params(estimator)
     return params | {"scorer": scpo_scorer} if estimator == "scpo" else params
 
 
