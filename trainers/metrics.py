@@ -14,8 +14,9 @@ serve both.  ``metrics.jsonl`` holds one JSON object per line; its first two key
     ``webshop``); ``estimator``; ``variant`` (the arena's ``estimator:variant`` suffix, e.g.
     ``same_fold+uniform_weights`` or ``x4``; ``""`` for none and for every trainer run);
     ``method`` (``estimator`` or ``estimator:variant``); ``seed``; ``config`` (the writer's
-    whole configuration: ``TrainConfig.to_dict()`` / ``ArenaConfig.to_dict()``).  The arena
-    adds ``estimator_params``, ``objective`` and ``warm_start``.  Runs whose ``source``,
+    whole configuration: ``TrainConfig.to_dict()`` / ``ArenaConfig.to_dict()``);
+    ``estimator_params`` (the estimator's parameters used).  The arena adds ``objective`` and
+    ``warm_start``.  Runs whose ``source``,
     ``env`` and ``config`` agree apart from method and seed share a *setting*
     (:func:`trainers.report.setting_id`), within which the report pairs them by seed.
 ``eval``: one validation pass after ``update`` updates (the learning curve).
