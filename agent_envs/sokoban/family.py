@@ -38,8 +38,8 @@ ARENA = {
     # GraphGPO's paper (GRPO, RLOO, GiGPO, GraphGPO) with MCGPO and the step-shuffle control
     "sokoban": ArenaPreset(ENV_ID, "sokoban", {}, "train", "eval", max_steps=15, seeds=20,
                            settings={"group_size": 8, "groups_per_update": 4, "train_tasks": 64,
-                                     "val_tasks": 64, "updates": 30, "eval_every": 5},
-                           methods=("grpo,rloo,gigpo,graphgpo,mcgpo", "gigpo:step_shuffle")),
+                                     "val_tasks": 64, "updates": 30, "eval_every": 5, "target_kl": 0.2},
+                           methods=("grpo,rloo,gigpo,graphgpo,mcgpo,hgpo,milegpo,scpo", "gigpo:step_shuffle")),
 }
 
 #: GraphGPO's Sokoban setting: γ = 0.8 (and MCGPO's GraphGPO task branch with it).  MileGPO and
@@ -47,7 +47,8 @@ ARENA = {
 #: α = 0.5 with τ_succ = 5.0 (a solved level returns at least +9.5, an unsolved one at most
 #: ``num_boxes − 1`` boxes' +1 each).
 ESTIMATORS: dict[str, dict[str, Any]] = {
-    "gigpo": {"gamma": 0.95},
+    "gigpo": {"gamma": 0.95, "norm": "mean"},
+    "hgpo": {"norm": "mean"},
     "graphgpo": {"gamma": 0.8},
     "milegpo": {"preset": "alfworld"},
     "scpo": {"alpha": 0.5, "success_threshold": 5.0},
