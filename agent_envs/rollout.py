@@ -166,7 +166,7 @@ class GroupRunner:
 
     It is the one episode loop of the project: the trainer (``trainers.lm_policy``) plays its
     rollouts and evaluations through it with a language-model policy, the arena
-    (``trainers.arena.runner``) with its linear softmax policy, and both warm starts replay
+    (``trainers.arena.run``) with its linear softmax policy, and both warm starts replay
     their walkthroughs through it (:class:`~agent_envs.agent.walkthrough.WalkthroughReplay`),
     and ``rubricgym eval`` plays its panels through it (``trainers.evaluate.runner``).
     :meth:`run` and :meth:`arun`

@@ -1,6 +1,6 @@
 """The one task-selection rule: which tasks of a split a run trains, validates and warm-starts on.
 
-Both the trainer (``trainers/trainer.py``) and the arena (``trainers/arena/runner.py``) take
+Both the trainer (``trainers/trainer.py``) and the arena (``trainers/arena/envs.py``) take
 their tasks from here, so the same split and sizes give the same task sets in both.
 
 * :func:`task_pool` puts a split's tasks in a fixed order that does not depend on the

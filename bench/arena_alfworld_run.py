@@ -36,7 +36,9 @@ import tempfile
 
 SCRIPT = r"""
 import json, sys, time
-from trainers.arena.runner import ArenaConfig, prepare_generated_games, run_one
+from trainers.arena.config import ArenaConfig
+from trainers.arena.envs import prepare_generated_games
+from trainers.arena.run import run_one
 from agent_envs.alfworld import engine
 name, out = sys.argv[1], sys.argv[2]
 kw = {"sequential": {"sampling": "sequential"}, "text": {"policy": "text"}}.get(name, {})

@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> None:
     from rubrics.trajectory import save_jsonl
-    from trainers.arena import runner as R
+    from trainers.arena.agent import ArenaPolicy, keyed_rng, play_groups
+    from trainers.arena.config import ArenaConfig
+    from trainers.arena.envs import arena_envs, make_arena_env, prepare_generated_games, task_sets
     from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,18 +34,18 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    cfg = R.ArenaConfig.for_env(args.env)
-    R.prepare_generated_games(cfg)
-    envs, env = R.arena_envs(cfg), R.make_arena_env(cfg)
-    train_pool, _, _ = R._task_sets(env, cfg)
+    cfg = ArenaConfig.for_env(args.env)
+    prepare_generated_games(cfg)
+    envs, env = arena_envs(cfg), make_arena_env(cfg)
+    train_pool, _, _ = task_sets(env, cfg)
     featurizer, policy = Featurizer(cfg.dim), LinearSoftmaxPolicy(cfg.dim)
     t0 = time.perf_counter()
     trajs = []
     try:
         for pick in range(args.groups):
-            arena = R.ArenaPolicy(policy, featurizer, temperature=cfg.rollout.temperature, coupled=False,
-                                  rng=lambda _g, slot, pick=pick: R._rng(args.seed, pick, slot))
-            (group,) = R.play_groups(envs, arena, [train_pool[pick]], [pick], split=cfg.preset.train_split,
+            arena = ArenaPolicy(policy, featurizer, temperature=cfg.rollout.temperature, coupled=False,
+                                  rng=lambda _g, slot, pick=pick: keyed_rng(args.seed, pick, slot))
+            (group,) = play_groups(envs, arena, [train_pool[pick]], [pick], split=cfg.preset.train_split,
                                      group_size=args.group_size)
             trajs += group
     finally:

@@ -32,8 +32,18 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def main() -> None:
-    from trainers.arena import runner as R
+    from trainers.arena.agent import keyed_rng
+    from trainers.arena.config import ArenaConfig
+    from trainers.arena.envs import (
+        arena_envs,
+        make_arena_env,
+        prepare_generated_games,
+        task_sets,
+        warm_start_tasks,
+    )
     from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
+    from trainers.arena.run import play_update
+    from trainers.arena.update import credit_rows, update_policy, warm_start
     from trainers.arena.variants import arena_estimators, resolve_method
     from trainers.update_rule import AdvantageScaler
 
@@ -44,36 +54,36 @@ def main() -> None:
     args = ap.parse_args()
     if not args.methods:
         args.methods = [*arena_estimators(), "gigpo:step_shuffle"]
-    cfg = R.ArenaConfig.for_env(args.env)
-    R.prepare_generated_games(cfg)
+    cfg = ArenaConfig.for_env(args.env)
+    prepare_generated_games(cfg)
     family = cfg.preset.family
     specs = {m: resolve_method(m, family, cfg.estimator_params, scpo_scorer=cfg.scpo_scorer) for m in args.methods}
     estimators = {m: s.build() for m, s in specs.items()}
     acc: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for seed in args.seeds:
-        envs, env = R.arena_envs(cfg), R.make_arena_env(cfg)
-        train_pool, _val, _ = R._task_sets(env, cfg)
+        envs, env = arena_envs(cfg), make_arena_env(cfg)
+        train_pool, _val, _ = task_sets(env, cfg)
         feat, policy = Featurizer(cfg.dim), LinearSoftmaxPolicy(cfg.dim)
         if cfg.warm_start.warm_start_tasks:
-            R.warm_start(policy, env, cfg, R.warm_start_tasks(env, cfg), feat)
+            warm_start(policy, envs, cfg, warm_start_tasks(env, cfg), feat)
         reference, scaler, grpo = policy.copy(), AdvantageScaler.from_config(cfg.update_rule()), resolve_method(
             "grpo", family).build()
-        task_rng = R._rng(seed, 7)
+        task_rng = keyed_rng(seed, 7)
         for update in range(1, cfg.schedule.updates + 1):
             picks = sorted(task_rng.choice(cfg.schedule.train_tasks, size=cfg.rollout.groups_per_update, replace=False).tolist())
-            groups, grecs, _ = R._play_groups(envs, cfg, policy, feat, seed, update, picks,
+            groups, grecs, _ = play_update(envs, cfg, policy, feat, seed, update, picks,
                                               [train_pool[k] for k in picks])
-            base_records, base_adv, _ = R._credit_rows(groups, grecs, grpo(groups), 1.0)
+            base_records, base_adv, _ = credit_rows(groups, grecs, grpo(groups), 1.0)
             ev = policy.evaluate([r.decision for r in base_records], [r.chosen for r in base_records])
             g_base = ev.grad(base_adv)
             for m, est in estimators.items():
-                _, adv, _ = R._credit_rows(groups, grecs, est(groups), 1.0, specs[m].degrade, R._rng(seed, update, 55))
+                _, adv, _ = credit_rows(groups, grecs, est(groups), 1.0, specs[m].degrade, keyed_rng(seed, update, 55))
                 acc[m]["corr"].append(float(np.corrcoef(adv, base_adv)[0, 1]) if adv.std() > 0 and base_adv.std() > 0
                                       else float("nan"))
                 acc[m]["cos"].append(_cos(ev.grad(adv), g_base))
                 acc[m]["zero"].append(float(np.mean(np.abs(adv) < 1e-9)))
-            R.update_policy(policy, reference, base_records, scaler.normalize(base_adv), [], cfg.objective,
-                            cfg.update_rule(), lr=cfg.update.learning_rate, minibatch=cfg.minibatch, rng=R._rng(seed, update, 99))
+            update_policy(policy, reference, base_records, scaler.normalize(base_adv), [], cfg.objective,
+                            cfg.update_rule(), lr=cfg.update.learning_rate, minibatch=cfg.minibatch, rng=keyed_rng(seed, update, 99))
     print(f"{args.env}, GRPO's runs, seeds {args.seeds}, {cfg.schedule.updates} updates each "
           f"(means over updates with a defined value)")
     print(f"{'method':<22} {'corr(A, A_grpo)':>16} {'cos(g, g_grpo)':>15} {'zero-adv rows':>14}")

@@ -54,7 +54,7 @@ ENVS = {
 def uniform_policy(seed: int) -> Callable[[Sequence[Turn]], list[str]]:
     """A uniform choice among the admissible actions (WebShop's templated search expanded into
     the arena's goal-derived queries), reproducible per (group, slot, step)."""
-    from trainers.arena.runner import expand_actions
+    from trainers.arena.agent import expand_actions
 
     def policy(turns: Sequence[Turn]) -> list[str]:
         out = []

@@ -24,15 +24,11 @@ import numpy as np
 import pytest
 
 from agent_envs.tasks import select_tasks
+from trainers.arena.config import ArenaConfig
+from trainers.arena.envs import arena_envs, make_arena_env, warm_start_tasks
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-from trainers.arena.runner import (
-    ArenaConfig,
-    _evaluate,
-    arena_envs,
-    make_arena_env,
-    run_one,
-    warm_start_tasks,
-)
+from trainers.arena.run import run_one
+from trainers.arena.validation import evaluate
 
 CFG = dict(
     max_steps=30, updates=3, tasks_per_update=2, group_size=4, train_tasks=12, val_tasks=12,
@@ -51,7 +47,7 @@ def test_warm_start_generalises_to_held_out_generated_alfworld(tmp_path: Path) -
     cloned = warm_start_tasks(env, cfg)
     assert len(cloned) == 36 and not (set(val) & set(train) or set(cloned) & (set(val) | set(train)))
 
-    untrained = _evaluate(arena_envs(cfg), cfg, val, "generated", LinearSoftmaxPolicy(cfg.dim), Featurizer(cfg.dim),
+    untrained = evaluate(arena_envs(cfg), cfg, val, "generated", LinearSoftmaxPolicy(cfg.dim), Featurizer(cfg.dim),
                           0, 0)
     assert untrained["success"] <= 1 / 12
 

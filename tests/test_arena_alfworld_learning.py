@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers.arena.runner import ArenaConfig, run_arena
+from trainers.arena.config import ArenaConfig
+from trainers.arena.pool import run_arena
 
 LEARN = dict(validate_on_train=True, train_tasks=8, val_tasks=8, updates=8, eval_every=2, val_episodes=2)
 SEED = 0

@@ -16,16 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainers.arena.agent import ArenaPolicy, play_groups
+from trainers.arena.config import ArenaConfig
+from trainers.arena.envs import arena_envs
 from trainers.arena.objective import ObjectiveConfig
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-from trainers.arena.runner import (
-    ArenaConfig,
-    ArenaPolicy,
-    arena_envs,
-    play_groups,
-    run_one,
-    update_policy,
-)
+from trainers.arena.run import run_one
+from trainers.arena.update import update_policy
 from trainers.update_rule import UpdateRuleConfig
 
 SMALL = dict(updates=4, tasks_per_update=2, group_size=4, train_tasks=6, val_tasks=6, eval_every=2,

@@ -8,8 +8,8 @@ import gymnasium as gym
 import pytest
 
 import agent_envs  # noqa: F401
+from trainers.arena.agent import expand_actions
 from trainers.arena.memo import EpisodeMemo
-from trainers.arena.runner import expand_actions
 
 
 @pytest.fixture(scope="module")

@@ -21,17 +21,12 @@ import pytest
 import agent_envs  # noqa: F401  (registers the environments)
 from agent_envs import rollout
 from agent_envs.rollout import EnvPool, GroupRunner
-from trainers.arena import runner as arena
+from trainers.arena import agent, run, validation
+from trainers.arena.agent import ArenaPolicy, play_groups
+from trainers.arena.config import ENV_PRESETS, ArenaConfig, EnvPreset
 from trainers.arena.memo import EpisodeMemo, MemoTable
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-from trainers.arena.runner import (
-    ENV_PRESETS,
-    ArenaConfig,
-    ArenaPolicy,
-    EnvPreset,
-    play_groups,
-    run_one,
-)
+from trainers.arena.run import run_one
 
 #: A small generated catalogue: environments made in well under a second.
 SHOP = dict(catalogue="generated", num_products=150, tagger="lexicon")
@@ -86,7 +81,7 @@ def test_the_arena_plays_every_step_through_group_runner(monkeypatch: pytest.Mon
     played += sum(r["train/episodes"] * r["train/mean_steps"] for r in trains)
     assert len(steps) == round(played) > 0
     assert [r["train/episodes"] for r in trains] == [6, 6]
-    assert not hasattr(arena, "play_episode")  # no second episode loop
+    assert not any(hasattr(m, "play_episode") for m in (agent, run, validation))  # no second episode loop
 
 
 def _play_lockstep(pool: EnvPool, policy: LinearSoftmaxPolicy, rng, task: int, g: int):

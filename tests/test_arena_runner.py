@@ -9,14 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers.arena.runner import (
-    ArenaConfig,
-    _minibatches,
-    expand_actions,
-    run_arena,
-    run_one,
-    search_queries,
-)
+from trainers.arena.agent import expand_actions, search_queries
+from trainers.arena.config import ArenaConfig
+from trainers.arena.pool import run_arena
+from trainers.arena.run import run_one
+from trainers.arena.update import minibatches
 from trainers.arena.variants import VARIANTS, available_methods, resolve_method
 from trainers.metrics import upgrade_record
 from trainers.settings import flatten
@@ -71,7 +68,7 @@ def test_methods_and_variants_resolve_to_estimator_parameters() -> None:
 
 def test_minibatches_keep_pairs_together_and_cover_every_row_once() -> None:
     pairs = [(0, 5, 0.5), (7, 2, 1.0), (3, 9, 0.2)]
-    batches = _minibatches(12, pairs, 4, np.random.default_rng(0))
+    batches = minibatches(12, pairs, 4, np.random.default_rng(0))
     seen = [r for rows, _ in batches for r in rows]
     assert sorted(seen) == list(range(12))
     found = 0
@@ -152,7 +149,7 @@ def test_arena_report_table_agrees_with_its_run_files(tmp_path: Path) -> None:
 
 
 def test_a_finished_run_is_not_run_again_and_another_setting_is(tmp_path: Path) -> None:
-    from trainers.arena.runner import completed_run
+    from trainers.arena.run import completed_run
 
     cfg = ArenaConfig.for_env("webshop", **TINY)
     assert completed_run(cfg, "grpo", 0, tmp_path) is None
@@ -227,7 +224,7 @@ def test_killing_a_comparison_leaves_no_worker_running(tmp_path: Path) -> None:
     import time
 
     script = (
-        "from trainers.arena.runner import ArenaConfig, run_arena\n"
+        "from trainers.arena.config import ArenaConfig\nfrom trainers.arena.pool import run_arena\n"
         f"cfg = ArenaConfig.for_env('webshop', **{dict(TINY, updates=40)!r})\n"
         f"run_arena(cfg, ['grpo', 'rloo'], [0, 1], {str(tmp_path)!r}, workers=2)\n"
     )

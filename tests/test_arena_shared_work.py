@@ -2,7 +2,7 @@
 
 The arena's warm start is deterministic (every method and seed starts from one policy), and
 the validation before the first update sees the same policy and draws for every method of a
-seed, so ``trainers.arena.runner`` keeps both per process.  A run that takes them from the
+seed, so ``trainers.arena.run`` keeps both per process.  A run that takes them from the
 process must write exactly the records of a run that computes them itself.
 """
 
@@ -15,8 +15,9 @@ import pytest
 
 pytest.importorskip("textworld", reason="needs the ALFWorld engine: pip install -e '.[alfworld]'")
 
-from trainers.arena import runner
-from trainers.arena.runner import ArenaConfig, run_one
+from trainers.arena import run
+from trainers.arena.config import ArenaConfig
+from trainers.arena.run import run_one
 
 CFG = dict(max_steps=10, updates=2, tasks_per_update=2, group_size=2, train_tasks=4, val_tasks=4,
            eval_every=1, warm_start=4, warm_start_epochs=1)
@@ -35,8 +36,8 @@ def _records(folder: Path, method: str) -> list[dict]:
 
 
 def _forget() -> None:
-    runner._warm_starts.clear()
-    runner._first_validations.clear()
+    run._warm_starts.clear()
+    run._first_validations.clear()
 
 
 @pytest.mark.slow
@@ -46,7 +47,7 @@ def test_shared_warm_start_and_first_validation_change_no_record(tmp_path: Path)
     try:
         run_one(cfg, "grpo", 0, tmp_path / "shared")
         run_one(cfg, "gigpo", 0, tmp_path / "shared")  # takes both from the process
-        assert len(runner._warm_starts) == 1 and len(runner._first_validations) == 1
+        assert len(run._warm_starts) == 1 and len(run._first_validations) == 1
         _forget()
         run_one(cfg, "gigpo", 0, tmp_path / "own")  # computes both itself
     finally:

@@ -21,15 +21,11 @@ import pytest
 from agent_envs import make_env
 from agent_envs.alfworld.data import task_walkthrough
 from agent_envs.rollout import Turn
-from trainers.arena import runner
+from trainers.arena import config
+from trainers.arena.agent import ArenaPolicy
+from trainers.arena.config import ArenaConfig
+from trainers.arena.envs import make_arena_env, task_sets, warm_start_tasks
 from trainers.arena.policy import DecisionFeatures, Featurizer, LinearSoftmaxPolicy, make_featurizer
-from trainers.arena.runner import (
-    ArenaConfig,
-    ArenaPolicy,
-    _task_sets,
-    make_arena_env,
-    warm_start_tasks,
-)
 from trainers.arena.text_features import HISTORY_LENGTH, TextFeaturizer
 
 DIM = 2**14
@@ -116,27 +112,27 @@ def test_the_arena_policy_acts_the_same_on_garbled_info_with_the_text_policy() -
 def test_fresh_games_on_webshop_differ_between_seeds_and_repeat_for_a_seed() -> None:
     cfg = ArenaConfig.for_env("webshop", train_tasks=8, val_tasks=6, fresh_games=True)
     fixed = ArenaConfig.for_env("webshop", train_tasks=8, val_tasks=6)
-    sets = {s: _task_sets(make_arena_env(cfg, s), cfg, s)[:2] for s in (0, 1)}
-    again = _task_sets(make_arena_env(cfg, 0), cfg, 0)[:2]
+    sets = {s: task_sets(make_arena_env(cfg, s), cfg, s)[:2] for s in (0, 1)}
+    again = task_sets(make_arena_env(cfg, 0), cfg, 0)[:2]
     assert sets[0] == again
     assert sets[0][0] != sets[1][0] and sets[0][1] != sets[1][1]
     for s in (0, 1):  # training and validation goals stay disjoint within a seed
         assert set(sets[s][0]).isdisjoint(sets[s][1])
     # without the option every seed plays the fixed goals
-    assert _task_sets(make_arena_env(fixed, 0), fixed, 0)[:2] == _task_sets(make_arena_env(fixed, 1), fixed, 1)[:2]
+    assert task_sets(make_arena_env(fixed, 0), fixed, 0)[:2] == task_sets(make_arena_env(fixed, 1), fixed, 1)[:2]
 
 
 @pytest.mark.slow
 def test_fresh_generated_alfworld_games_differ_between_seeds_and_repeat_for_a_seed(monkeypatch) -> None:
     """Four games per seed (the preset's 60 made small here, so the test generates 12 games)."""
-    small = dataclasses.replace(runner.ENV_PRESETS["alfworld-generated"], generated_n=4)
-    monkeypatch.setitem(runner.ENV_PRESETS, "alfworld-generated", small)
+    small = dataclasses.replace(config.ENV_PRESETS["alfworld-generated"], generated_n=4)
+    monkeypatch.setitem(config.ENV_PRESETS, "alfworld-generated", small)
     cfg = ArenaConfig.of(env="alfworld-generated", train_tasks=2, val_tasks=1, warm_start_tasks=1,
                          tasks_per_update=1, fresh_games=True)
     games = {}
     for s in (0, 1, 0):
         env = make_arena_env(cfg, s)
-        train, val, _split = _task_sets(env, cfg, s)
+        train, val, _split = task_sets(env, cfg, s)
         files = {t: env.unwrapped._catalogue("generated")[1][t] for t in [*train, *val, *warm_start_tasks(env, cfg, s)]}
         texts = tuple(Path(files[t]).read_bytes() for t in sorted(files))
         assert s not in games or games[s] == texts  # the same seed: the same games, byte for byte

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 
 from agent_envs.rollout import Turn
+from trainers.arena.agent import ArenaPolicy
+from trainers.arena.config import ArenaConfig
 from trainers.arena.policy import Featurizer, LinearSoftmaxPolicy
-from trainers.arena.runner import ArenaConfig, ArenaPolicy, run_one
+from trainers.arena.run import run_one
 
 SMALL = dict(updates=2, tasks_per_update=2, group_size=4, train_tasks=6, val_tasks=6, eval_every=1, dim=2**12)
 

@@ -139,3 +139,24 @@ def test_no_import_runs_back_up_the_layers() -> None:
                 if name in LAYERS[rank + 1:]:
                     wrong.append(f"{path.relative_to(root)}:{line} imports {name}")
     assert not wrong, "imports that run back up the layers:\n" + "\n".join(wrong)
+
+
+def test_the_shared_report_imports_no_arena_module() -> None:
+    """The report that trainer and arena share sits below both: no import of ``trainers.arena``
+    in ``trainers/report.py`` or ``trainers/sources.py`` (lazy ones included), and importing the
+    report loads none (the arena registers how its runs read, :mod:`trainers.sources`)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    wrong = []
+    for name in ("trainers/report.py", "trainers/sources.py"):
+        for node in ast.walk(ast.parse((root / name).read_text(encoding="utf-8"))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            wrong += [f"{name}:{node.lineno} imports {m}" for m in modules if m.startswith("trainers.arena")]
+    assert not wrong, "\n".join(wrong)
+    code = ("import sys, trainers.report, trainers.sources; "
+            "print(','.join(m for m in sys.modules if m.startswith('trainers.arena')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"importing the report loaded {out.stdout}"

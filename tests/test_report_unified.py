@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
 
+from trainers.arena.config import ArenaConfig
+from trainers.arena.pool import run_arena
 from trainers.arena.report import RunMetrics
 from trainers.arena.report import load_run as arena_load_run
-from trainers.arena.runner import ArenaConfig, run_arena
 from trainers.cli import app
 from trainers.config import load_config
 from trainers.metrics import format_record, read_metrics, run_identity

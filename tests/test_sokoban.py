@@ -223,7 +223,7 @@ def test_bad_arguments_are_named() -> None:
 def test_family_declares_everything() -> None:
     from agent_envs.agent.tools import kinds_of, tools_for
     from agent_envs.family import family_of
-    from trainers.arena.runner import ENV_PRESETS, ArenaConfig
+    from trainers.arena.config import ENV_PRESETS, ArenaConfig
     from trainers.arena.variants import resolve_method
     from wrappers.integrations.trl_env import tool_class
 

@@ -11,7 +11,7 @@ import typing
 import pytest
 
 from trainers.arena.command import ArenaCommand
-from trainers.arena.runner import ENV_PRESETS, ArenaConfig, ArenaEnv
+from trainers.arena.config import ENV_PRESETS, ArenaConfig, ArenaEnv
 from trainers.arena_cli import parse_arena_args
 from trainers.config import ConfigError, TrainConfig, field_choices, load_config
 from trainers.settings import ObjectiveConfig, Rollouts, Schedule, Updates, WarmStart, flatten

@@ -1,7 +1,7 @@
 """The one metrics schema of every run, its writer (``metrics.jsonl`` + TensorBoard) and reader.
 
 The trainer (:class:`MetricsLogger`, :mod:`trainers.trainer`) and the arena
-(:mod:`trainers.arena.runner`) build and write the same records, so one
+(:mod:`trainers.arena.run`) build and write the same records, so one
 reader (:func:`read_metrics`) and one report (``rubricgym report``, :mod:`trainers.report`)
 serve both.  ``metrics.jsonl`` holds one JSON object per line; its first two keys are always
 

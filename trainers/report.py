@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from trainers.metrics import SCHEMA_VERSION, MetricFileError, read_metrics
+from trainers.sources import CONTROL_VARIANT, flat_config
 from trainers.stats import l5, mde, normalized_auc, paired_interval
 
 __all__ = [
@@ -137,26 +138,6 @@ def setting_id(source: str, env: Any, config: Mapping[str, Any]) -> str:
     kept = {k: v for k, v in flat_config(source, config or {}).items() if k not in skip}
     text = json.dumps([source, env, kept], sort_keys=True, default=str)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:6]
-
-
-def flat_config(source: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's recorded configuration as ``{setting: value}`` under today's names, whether it was
-    written by section or flat (before the sections): the trainer's
-    (:func:`trainers.config.flat_settings`) or the arena's (:meth:`ArenaConfig.recorded`, which
-    also supplies the values older runs used for settings added since)."""
-    try:
-        if source == "trainer":
-            from trainers.config import flat_settings
-
-            return flat_settings(dict(config))
-        if source == "arena":
-            from trainers.arena.runner import ArenaConfig
-            from trainers.settings import flatten
-
-            return flatten(ArenaConfig.recorded(config))
-    except (ValueError, TypeError):
-        pass  # written by another version: compared as recorded
-    return dict(config)
 
 
 def readouts(evals: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -486,8 +467,6 @@ def _calibration(sid: str, by_method: Mapping[str, Mapping[int, RunInfo]],
     """Each control ``<method>:<control>`` of a setting against its ``<method>`` over their
     shared seeds: the paired difference of L5 and whether the setting resolves the loss (the
     95% interval lies wholly below 0)."""
-    from trainers.arena.variants import CONTROL_VARIANT  # named where the controls are
-
     out: dict[str, Any] = {}
     for m in sorted(by_method):
         parent, _, variant = m.rpartition(":")

@@ -33,6 +33,7 @@ def report(
     """
     from rich.console import Console
 
+    import trainers.arena.config  # noqa: F401  (the arena tells the report how its runs' settings read)
     from trainers.metrics import MetricFileError
     from trainers.report import (
         find_runs,

@@ -4,7 +4,7 @@ A training run of either kind is configured by sections: how rollouts are sample
 (:class:`Rollouts`), the per-decision objective (:class:`ObjectiveConfig`), how far one update
 moves the policy (:class:`Updates`), the behaviour-cloning warm start (:class:`WarmStart`) and
 the schedule (:class:`Schedule`).  :class:`trainers.config.TrainConfig` and
-:class:`trainers.arena.runner.ArenaConfig` nest these same classes (the trainer extends some
+:class:`trainers.arena.config.ArenaConfig` nest these same classes (the trainer extends some
 with fields only a language model needs), so a knob has one name, one help text and one
 constraint in both.  On the command line the sections' fields keep flat flags
 (``--group-size``, ``--learning-rate``; tyro's ``OmitArgPrefixes``) and ``--help`` groups them

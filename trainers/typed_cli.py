@@ -2,7 +2,7 @@
 
 ``rubricgym train`` and ``rubricgym arena`` each describe their options as one dataclass
 (:class:`trainers.config.TrainConfig`, parsed by :func:`trainers.train_cli.parse_train_args`;
-:class:`trainers.arena.command.ArenaCommand`, which nests :class:`trainers.arena.runner.ArenaConfig`):
+:class:`trainers.arena.command.ArenaCommand`, which nests :class:`trainers.arena.config.ArenaConfig`):
 field types (``Literal`` choices, ``int | None``, lists), defaults and help text live there
 once, and every flag is generated from them by `tyro <https://brentyi.github.io/tyro/>`_.
 typer stays the root of the command line; it hands a command's raw arguments to

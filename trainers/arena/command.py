@@ -1,5 +1,5 @@
 """The options of ``rubricgym arena`` as one dataclass: the command's own options plus the
-nested :class:`~trainers.arena.runner.ArenaConfig` setting, whose fields become flags without a
+nested :class:`~trainers.arena.config.ArenaConfig` setting, whose fields become flags without a
 prefix (``--lr``, ``--target-kl``...).  tyro generates the command line from it
 (:mod:`trainers.typed_cli`); :func:`trainers.arena_cli.parse_arena_args` parses it.
 
@@ -18,7 +18,7 @@ from typing import Annotated
 
 import tyro
 
-from trainers.arena.runner import ArenaConfig
+from trainers.arena.config import ArenaConfig
 
 __all__ = ["ALL_ESTIMATORS", "ArenaCommand"]
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from trainers import report
+from trainers.arena import config as _config  # noqa: F401  (registers how arena runs' settings read)
 from trainers.metrics import MetricFileError
 from trainers.report import RUN_DIR_PATTERN, RunInfo
 

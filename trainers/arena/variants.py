@@ -64,6 +64,8 @@ from typing import Any
 
 import numpy as np
 
+from trainers.sources import CONTROL_VARIANT  # the report finds the controls by it too
+
 __all__ = [
     "CONTROLS",
     "CONTROL_VARIANT",
@@ -255,10 +257,6 @@ def _scale_variant(variant: str) -> float | None:
     if k <= 0:
         raise ValueError(f"advantage scale variant {variant!r} needs k > 0")
     return k
-
-
-#: The calibration controls' variant names (``trainers.report`` finds controls by it).
-CONTROL_VARIANT = re.compile(r"^(shuffle(?P<k>\d+)|step_shuffle|no_rl)$")
 
 
 def _control_variant(variant: str) -> tuple[str, float] | None:
