@@ -2,7 +2,8 @@
 
 Starts ``rubricgym webshop serve`` on a free 127.0.0.1 port in a subprocess (or uses
 ``--url`` for a server you started yourself), then runs each client count of ``--clients``
-in turn: every client is a thread with its own session id and keep-alive connection that
+in turn: every client is a thread with its own session id and one persistent ``http.client``
+connection (what a high-throughput client keeps; no per-request session machinery) that
 plays ``--episodes`` episodes through the JSON API (``/api/<session>/reset`` then
 ``/api/<session>/step`` with the oracle's actions until the purchase).  Bounded in count and
 time (``--time-limit`` seconds per client count; clients stop starting episodes after it).
@@ -11,8 +12,9 @@ Prints, per client count, measured in this run: requests, wall time, throughput 
 episodes/s), request latency p50/p90/p99, errors (transport failures and non-2xx answers)
 and wrong scores (purchases below 1.0), plus the throughput ratio against the first row, and
 the server's CPU milliseconds per request (user + system of the server process and its
-gunicorn worker, from /proc; for a server of your own, give ``--server-pid``).  On a machine
-shared with other work, CPU per request varies far less than requests per second.
+gunicorn worker, from /proc; for a server of your own, give ``--server-pid``) and the
+clients' (this process's) CPU milliseconds per request.  On a machine shared with other work,
+CPU per request varies far less than requests per second.
 
 ``--hostile K`` adds K threads that, while the clients play, fire malformed and oversize
 requests (bad JSON, wrong types, JSON nested 3000 deep, bodies over the 64 KiB cap, URLs over
@@ -26,9 +28,12 @@ Usage: ``python bench/webshop_load.py [--clients 1,32] [--episodes 5] [--tagger 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import random
 import re
+import resource
 import socket
 import statistics
 import subprocess
@@ -68,41 +73,67 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     return start_process(cmd)
 
 
-def start_process(cmd: list[str]) -> tuple[subprocess.Popen, str]:
-    """Start a server process; returns it and the URL it prints (``serving on URL``)."""
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_process(cmd: list[str], cwd: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """Start a server process; returns it and the URL it prints on stderr (``serving on URL``).
+    Its stdout (gunicorn's access log) goes to /dev/null: written by the server as in
+    production, read by nobody on these cores."""
+    env = None if cwd is None else {**os.environ, "PYTHONPATH": str(cwd)}  # that checkout's code
+    proc = subprocess.Popen(cmd, cwd=cwd or REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
+        line = proc.stderr.readline()
         if not line:
             break
         m = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
         if m:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain the pipe
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # drain the pipe
             return proc, m.group(1)
     proc.kill()
     raise SystemExit(f"{' '.join(cmd[:6])}... did not start")
 
 
+class Connection:
+    """One persistent HTTP/1.1 connection (``http.client``), as a high-throughput client keeps:
+    JSON in, JSON out, reconnecting after a transport error."""
+
+    def __init__(self, url: str, timeout: float) -> None:
+        parts = urlsplit(url)
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+
+    def call(self, method: str, path: str, payload: dict | None) -> tuple[int, bytes]:
+        body = None if payload is None else json.dumps(payload)
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        try:
+            self.conn.request(method, path, body, headers)
+            resp = self.conn.getresponse()
+            return resp.status, resp.read()
+        except (OSError, http.client.HTTPException):
+            self.conn.close()  # the next request opens a new connection
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def client(url: str, cid: str, episodes: int, tasks: list[int], goals: list, catalogue, deadline: float,
            stats: ClientStats, barrier: threading.Barrier, timeout: float) -> None:
-    """One client: ``episodes`` oracle episodes on random tasks."""
-    http = requests.Session()
-    http.trust_env = False
+    """One client: ``episodes`` oracle episodes on random tasks, over one kept-alive connection."""
+    conn = Connection(url, timeout)
     rng = random.Random(cid)
 
     def call(method: str, path: str, payload: dict | None = None) -> dict | None:
         t0 = time.perf_counter()
         try:
-            r = http.request(method, url + path, json=payload, timeout=timeout)
-        except requests.RequestException as exc:
+            status, data = conn.call(method, path, payload)
+        except (OSError, http.client.HTTPException) as exc:
             stats.errors.append(f"{type(exc).__name__}: {exc}"[:200])
             return None
         stats.latencies.append(time.perf_counter() - t0)
-        if r.status_code != 200:
-            stats.errors.append(f"HTTP {r.status_code} {path}: {r.text[:120]}")
+        if status != 200:
+            stats.errors.append(f"HTTP {status} {path}: {data[:120]!r}")
             return None
-        return r.json()
+        return json.loads(data)
 
     barrier.wait()
     for _ in range(episodes):
@@ -126,7 +157,7 @@ def client(url: str, cid: str, episodes: int, tasks: list[int], goals: list, cat
             if not (snap.done and snap.score is not None and snap.score >= 0.999):
                 stats.wrong_scores += 1
     call("DELETE", f"/api/{cid}")
-    http.close()
+    conn.close()
 
 
 DEEP = "[" * 3000 + "]" * 3000
@@ -239,6 +270,12 @@ def server_cpu_s(pid: int | None) -> float | None:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def own_cpu_s() -> float:
+    """CPU seconds (user + system) of this process: the clients' threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalogue, pid: int | None = None) -> dict:
     """Run ``n_clients`` clients at once; returns the row of the table (``pid``: the server's
     process, for its CPU time)."""
@@ -258,12 +295,12 @@ def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalog
     for t in threads:
         t.start()
     barrier.wait()
-    t0, cpu0 = time.perf_counter(), server_cpu_s(pid)
+    t0, cpu0, own0 = time.perf_counter(), server_cpu_s(pid), own_cpu_s()
     for t in bad:
         t.start()
     for t in threads:
         t.join(timeout=args.time_limit + args.timeout + 30)
-    wall, cpu1 = time.perf_counter() - t0, server_cpu_s(pid)
+    wall, cpu1, own1 = time.perf_counter() - t0, server_cpu_s(pid), own_cpu_s()
     stop.set()
     for t in bad:
         t.join(timeout=args.timeout + 30)
@@ -273,6 +310,8 @@ def run(url: str, n_clients: int, args: argparse.Namespace, goals: list, catalog
     return {"clients": n_clients, "requests": len(lat), "episodes": sum(s.episodes for s in stats), "wall": wall,
             "rps": len(lat) / wall, "eps": sum(s.episodes for s in stats) / wall, "p50": 1e3 * q[49],
             "cpu_ms": 1e3 * (cpu1 - cpu0) / len(lat) if cpu0 is not None and cpu1 is not None and lat else None,
+            "server_cores": (cpu1 - cpu0) / wall if cpu0 is not None and cpu1 is not None else None,
+            "client_ms": 1e3 * (own1 - own0) / len(lat) if lat else None,
             "p90": 1e3 * q[89], "p99": 1e3 * q[98], "errors": len(errors),
             "wrong": sum(s.wrong_scores for s in stats), "first_errors": errors[:3],
             "stuck": sum(t.is_alive() for t in threads), "hostile": dict(counts), "hostile_errors": firsts}
@@ -317,14 +356,16 @@ def main() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     head = (f"{'clients':>7} {'requests':>8} {'episodes':>8} {'wall s':>7} {'req/s':>7} {'ep/s':>6} "
-            f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'errors':>6} {'wrong':>5} {'x req/s':>7} {'cpu ms/req':>10}")
+            f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'errors':>6} {'wrong':>5} {'x req/s':>7} {'cpu ms/req':>10} "
+            f"{'client ms':>9}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['clients']:>7} {r['requests']:>8} {r['episodes']:>8} {r['wall']:>7.2f} {r['rps']:>7.1f} "
               f"{r['eps']:>6.2f} {r['p50']:>7.1f} {r['p90']:>7.1f} {r['p99']:>7.1f} {r['errors']:>6} "
               f"{r['wrong']:>5} {r['rps'] / rows[0]['rps']:>7.2f} "
-              f"{'-' if r['cpu_ms'] is None else format(r['cpu_ms'], '.2f'):>10}")
+              f"{'-' if r['cpu_ms'] is None else format(r['cpu_ms'], '.2f'):>10} "
+              f"{'-' if r['client_ms'] is None else format(r['client_ms'], '.2f'):>9}")
     for r in rows:
         for e in r["first_errors"]:
             print(f"  error ({r['clients']} clients): {e}")

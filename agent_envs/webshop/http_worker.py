@@ -25,7 +25,8 @@ where and how long a request is read:
   so that the client reads the answer instead of a reset; at once for ``Expect: 100-continue``
   or a longer body); a chunked body over ``max_body`` gets 413.  These answers are JSON
   (``{"error", "message", "status"}``, as the shop's own errors) and close the connection.
-* **Writes never wait either.**  A thread sends what the kernel takes and queues the rest; the
+* **Writes never wait either.**  A thread gathers an answer (head and body, up to 256 KiB at a
+  time), sends what the kernel takes in one call and queues the rest; the
   event loop writes it out before the connection's next request is read.  A client that does
   not take its answer within ``request_timeout`` seconds loses the connection; it never holds
   a thread.
@@ -67,6 +68,7 @@ _CLOSE_DRAIN = 64 * 1024
 _RECV = 65536
 _MORE = object()  # a thread's answer: the request is not whole yet, wait in the poller again
 _MAX_QUEUED = 16 << 20  # bytes of answers queued for one connection (far above any page)
+_HOLD_MAX = 256 * 1024  # bytes of an answer gathered before they are sent
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _EXPECT = re.compile(rb"\r\nexpect:[ \t]*100-continue[ \t]*(?=\r\n)", re.IGNORECASE)
 _REASONS = {408: "Request Timeout", 413: "Request Entity Too Large", 414: "Request-URI Too Long",
@@ -188,12 +190,36 @@ def frame_request(buf: bytes | bytearray, *, max_head: int, max_body: int, drain
 class _QueuedSocket(socket.socket):
     """A client socket that never blocks: ``setblocking(True)`` (gunicorn's, before a thread
     handles a request) keeps it non-blocking, and :meth:`sendall` sends what the kernel takes
-    and queues the rest in ``wbuf``, which the event loop writes out."""
+    and queues the rest in ``wbuf``, which the event loop writes out.  Between :meth:`hold` and
+    :meth:`release` (a thread's handling of one request) what is written is gathered first and
+    sent at once: an answer's head and body leave in one ``send``, not two."""
+
+    held: bytearray | None = None
 
     def setblocking(self, flag: bool) -> None:
-        super().setblocking(False)
+        if self.gettimeout() != 0.0:  # a system call only when the mode changes
+            super().setblocking(False)
+
+    def hold(self) -> None:
+        """Gather what is written from now on (up to _HOLD_MAX bytes at a time)."""
+        self.held = bytearray()
+
+    def release(self) -> bool:
+        """Send what was gathered (queueing the rest); False when the client is gone."""
+        data, self.held = self.held, None
+        if data:
+            try:
+                self.sendall(data)
+            except OSError:
+                return False
+        return True
 
     def sendall(self, data: Any, flags: int = 0) -> None:
+        if self.held is not None and not flags:
+            self.held += data
+            if len(self.held) <= _HOLD_MAX:
+                return
+            data, self.held = self.held, bytearray()
         if not hasattr(self, "wbuf"):
             self.wbuf = bytearray()
         view = memoryview(data).cast("B")
@@ -313,7 +339,14 @@ class BufferedThreadWorker(ThreadWorker):
         """Read what has arrived without waiting; gthread's handling once the request is whole,
         ``_MORE`` while it is not, False (close) after a refusal."""
         taken = self._take(conn)
-        return super().handle(conn) if taken is None else taken
+        if taken is not None:
+            return taken
+        conn.sock.hold()
+        try:
+            keep = super().handle(conn)
+        finally:
+            sent = conn.sock.release()
+        return keep if sent else False
 
     def _take(self, conn: _Conn) -> Any:
         while True:

@@ -74,7 +74,7 @@ import uuid
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -91,6 +91,7 @@ from agent_envs.webshop.session import (
     MAX_KEYWORDS_CHARS,
     NAV_BUTTONS,
     SUB_PAGES,
+    PageSnapshot,
     RouteError,
     ShopSession,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "MAX_CONTENT_LENGTH",
     "MAX_SESSION_ID_CHARS",
     "MAX_URL_CHARS",
+    "SECURITY_HEADERS",
     "SESSION_ID_RE",
     "BackgroundServer",
     "SessionStore",
@@ -115,6 +117,7 @@ __all__ = [
     "encode_segment",
     "is_loopback",
     "serve",
+    "snapshot_dict",
     "webshop_blueprint",
 ]
 
@@ -136,6 +139,12 @@ _DRAIN_LIMIT = 1 << 20  # oversize bodies up to this size are read (and dropped)
 _NONE_SEGMENT = "%"  # never produced by encode_segment for a string (every '%' is escaped)
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
         "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+#: Headers every answer carries unless its view set them (pages and API answers also get
+#: ``Cache-Control: no-store``; static files do not).
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    ("Content-Security-Policy", _CSP), ("X-Content-Type-Options", "nosniff"), ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"))
+_NO_STORE = ("Cache-Control", "no-store")
 
 
 # --------------------------------------------------------------------------- URL segments
@@ -570,6 +579,16 @@ def _check_sid(session_id: str) -> str:
     return session_id
 
 
+_SNAPSHOT_FIELDS = tuple(f.name for f in fields(PageSnapshot))
+
+
+def snapshot_dict(snap: PageSnapshot) -> dict[str, Any]:
+    """:meth:`PageSnapshot.to_dict` without its deep copies, for encoding at once: a snapshot's
+    containers are its own fresh copies (:meth:`ShopSession.snapshot` builds them), and they hold
+    only JSON values, so the encoded answer is the same bytes."""
+    return {name: getattr(snap, name) for name in _SNAPSHOT_FIELDS}
+
+
 def _json_body() -> dict[str, Any]:
     try:
         body = json.loads(request.get_data(cache=True))
@@ -661,12 +680,14 @@ class _ShopViews:
         abort(413, f"request bodies larger than {MAX_CONTENT_LENGTH} bytes are refused")
 
     def add_headers(self, resp: Response) -> Response:
-        resp.headers.setdefault("Content-Security-Policy", _CSP)
-        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
-        resp.headers.setdefault("X-Frame-Options", "DENY")
-        resp.headers.setdefault("Referrer-Policy", "no-referrer")
+        """SECURITY_HEADERS (and no-store outside /static/) where the view set none of that name."""
+        extra = SECURITY_HEADERS
         if not self._shop_path().startswith("/static/"):  # pages and API answers are never cached
-            resp.headers.setdefault("Cache-Control", "no-store")
+            extra = (*extra, _NO_STORE)
+        have = {key.lower() for key, _value in resp.headers.items()}
+        for key, value in extra:
+            if key.lower() not in have:
+                resp.headers.add(key, value)
         return resp
 
     def http_error(self, exc: HTTPException) -> Response:
@@ -798,10 +819,9 @@ class _ShopViews:
                        "different instruction than the client's: client and server use different catalogues")
         entry = shop.new_session(sid, goal, shop.tagger_named(body.get("tagger")))
         with entry.lock:
-            snap = entry.session.snapshot()
-        return jsonify(snapshot=snap.to_dict(), goal={"index": goal.index, "kind": goal.kind,
-                                                      "instruction": goal.instruction},
-                       tagger=entry.session.tagger.name, catalogue=cat.description)
+            return jsonify(snapshot=snapshot_dict(entry.session.snapshot()),
+                           goal={"index": goal.index, "kind": goal.kind, "instruction": goal.instruction},
+                           tagger=entry.session.tagger.name, catalogue=cat.description)
 
     def api_step(self, session_id: str) -> Response:
         entry = self._existing(session_id)
@@ -810,17 +830,16 @@ class _ShopViews:
             abort(400, "'action' must be a string such as 'search[red shoes]' or 'click[buy now]'")
         if len(action) > MAX_ACTION_CHARS:
             abort(400, f"actions longer than {MAX_ACTION_CHARS} characters are refused")
-        with entry.lock:
+        with entry.lock:  # encoded under the lock: no other request of the session runs meanwhile
             outcome = entry.session.act(action)
-            snap = entry.session.snapshot()
-        return jsonify(outcome={"valid": outcome.valid, "done": outcome.done, "score": outcome.score,
-                                "feedback": outcome.feedback, "kind": outcome.kind},
-                       snapshot=snap.to_dict())
+            return jsonify(outcome={"valid": outcome.valid, "done": outcome.done, "score": outcome.score,
+                                    "feedback": outcome.feedback, "kind": outcome.kind},
+                           snapshot=snapshot_dict(entry.session.snapshot()))
 
     def api_snapshot(self, session_id: str) -> Response:
         entry = self._existing(session_id)
         with entry.lock:
-            return jsonify(snapshot=entry.session.snapshot().to_dict())
+            return jsonify(snapshot=snapshot_dict(entry.session.snapshot()))
 
     def api_close(self, session_id: str) -> Response:
         return jsonify(closed=self.shop.sessions.delete(_check_sid(session_id)))
