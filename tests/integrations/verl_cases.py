@@ -499,6 +499,36 @@ def test_agent_loop_plays_generated_alfworld_and_feeds_the_trainer_stage(tokeniz
     assert ref[[k.startswith("u0_0_") for k in meta.keys]].min() > 0  # the won episode's steps are credited
 
 
+def test_agent_loop_plays_sokoban_to_the_experts_win(tokenizer):
+    """A Sokoban level through the same loop, found through the registry (the integration has no
+    Sokoban code): the family's expert plan is played and wins; the grid reaches the prompt row
+    for row; one box, so the return is +10 + 1 for the last push and -0.1 per move."""
+    import gymnasium as gym
+
+    import agent_envs  # noqa: F401
+    from agent_envs.family import family_of
+    from wrappers.integrations.verl import decode_row
+
+    env_id = "Sokoban-Rubric-v0"
+    probe = gym.make(env_id)
+    grid, info = probe.reset(seed=0, options={"task": 0})
+    probe.close()
+    plan = family_of(env_id).expert_plan(info)
+    assert plan and len(grid.splitlines()) == 6
+    server = StandInServer(tokenizer, lambda turn, adm: plan[turn - 1])
+    spec = {"env_id": env_id, "env_kwargs": {}, "task": 0, "seed": 0}
+    [outputs] = _play(server, tokenizer, spec, 1, style="action_only")
+    assert [a for _, _, a in server.calls] == plan
+    steps = [decode_row(o.extra_fields["rubricgym"])[0] for o in outputs]
+    traj = decode_row(outputs[-1].extra_fields["rubricgym"])[1]
+    assert [s.action for s in steps] == plan and all(s.valid for s in steps)
+    assert traj["success"] is True and traj["truncated"] is False
+    assert outputs[-1].reward_score == pytest.approx(11.0 - 0.1 * len(plan), abs=1e-9)
+    assert outputs[-1].extra_fields["reward_extra_info"]["success"] == 1.0
+    assert set(steps[0].keys) >= {"exact", "coarse", "signature"} and steps[0].state_key is not None
+    assert "Now (turn 1) you see:\n" + grid + "\n" in tokenizer.decode(outputs[0].prompt_ids)
+
+
 def _verl_config(model_dir, *overrides: str):
     """verl 0.9.1's own ppo_trainer config, composed by hydra as ``main_ppo`` composes it, for the
     rubricgym_env loop (rollout.n = 2) and the rubricgym_sync trainer, plus ``overrides``."""
@@ -856,6 +886,62 @@ def test_agent_loop_steps_off_the_event_loop(tokenizer, tmp_path, monkeypatch, w
     outputs = asyncio.run(main())
     assert outputs[-1].reward_score == 10.0
     assert outputs[-1].extra_fields["reward_extra_info"]["success"] == 1.0
+
+
+def _first_sessions(server, tokenizer, spec: dict, sessions: int):
+    """``sessions`` concurrent first episodes, each loop object built as verl's worker builds it."""
+    runs = [_agent_loop(server, tokenizer, style="action_only", env_workers=1).run(
+        {"temperature": 1.0}, uid="u0", session_id=s, raw_prompt=[],
+        extra_info={"index": 0, "rubricgym": json.dumps(spec)}) for s in range(sessions)]
+    return asyncio.gather(*runs, return_exceptions=True)
+
+
+def test_agent_loop_builds_its_pool_off_the_event_loop(tokenizer, tmp_path, monkeypatch):
+    """Eight concurrent first sessions share one build of the environment pool, and it runs in a
+    thread of its own: the build waits for an event that a coroutine of the event loop sets, so
+    the sessions win only if the loop kept running while the pool started its worker.  A build
+    that fails fails every session waiting on it; the next session builds the pool again."""
+    import threading
+    from pathlib import Path
+
+    from agent_envs import pool as pool_module
+    from wrappers.integrations.episode import episode_pool
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # rubricgym_gated_env, in the worker too
+    gate = tmp_path / "gate"
+    gate.touch()  # every step wins at once
+    spec = {"env_id": "rubricgym_gated_env:Gated-v0", "env_kwargs": {"gate": str(gate), "wait": 20.0},
+            "task": 0, "seed": 0}
+    builds, loop_may_go, failures = [], threading.Event(), [1]
+    real_init = pool_module.EnvPool.__init__
+
+    def gated_init(self, *args, **kwargs):
+        builds.append(threading.get_ident())
+        if failures[0]:
+            failures[0] -= 1
+            raise OSError("cannot start a worker process")
+        if not loop_may_go.wait(30):
+            raise RuntimeError("the event loop did not run while the pool was built")
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(pool_module.EnvPool, "__init__", gated_init)
+    server = StandInServer(tokenizer, lambda turn, adm: "wait")
+
+    async def open_when_building():
+        while len(builds) < 2:
+            await asyncio.sleep(0.005)
+        loop_may_go.set()
+
+    async def main():
+        failed = await _first_sessions(server, tokenizer, spec, 3)
+        won = await asyncio.gather(_first_sessions(server, tokenizer, spec, 8), open_when_building())
+        return threading.get_ident(), failed, won[0]
+
+    loop_thread, failed, outputs = asyncio.run(main())
+    assert [type(f).__name__ for f in failed] == ["OSError"] * 3 and "cannot start" in str(failed[0])
+    assert len(builds) == 2 and loop_thread not in builds  # one failed build, one for the eight sessions
+    assert [out[-1].reward_score for out in outputs] == [10.0] * 8
+    episode_pool(spec["env_id"], spec["env_kwargs"], workers=1).pool.close()
 
 
 #: Two generated ALFWorld games: the Ray and pool-option cases play their walkthroughs.
