@@ -269,7 +269,10 @@ class Featurizer:
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
-        return _memo(self._cache, feature, 1_000_000, lambda: zlib.crc32(feature.encode("utf-8")) % self.dim)
+        hit = self._cache.get(feature)  # the common case, without building the miss's closure
+        if hit is None:
+            hit = _memo(self._cache, feature, 1_000_000, lambda: zlib.crc32(feature.encode("utf-8")) % self.dim)
+        return hit
 
     def action_features(
         self,
@@ -412,9 +415,11 @@ class Featurizer:
 
     def _emit(self, feats: Mapping[str, float], idx: list[int], val: list[float]) -> None:
         """Append the non-zero features' hashed indices and values."""
+        cache = self._cache
         for name, value in feats.items():
             if value:
-                idx.append(self.index(name))
+                hit = cache.get(name)
+                idx.append(self.index(name) if hit is None else hit)
                 val.append(value)
 
     @staticmethod

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from trainers.arena.policy import (
     DecisionFeatures,
@@ -58,6 +59,8 @@ __all__ = ["HISTORY_LENGTH", "TextFeaturizer"]
 #: Recent (observation, action) pairs the text policy sees: the trainer prompt's default
 #: (``PromptSettings.history_length``).
 HISTORY_LENGTH = 2
+#: Decisions kept whole, least recently used forgotten first (a memory bound of some 50 MB).
+_DECISIONS = 2048
 #: Verbs whose admissible use means the agent holds the object (ALFWorld's ``move``, ``put``).
 _HOLD_VERBS = frozenset({"move", "put"})
 
@@ -98,6 +101,7 @@ class TextFeaturizer:
         self.dim, self.history_length = self._hash.dim, history_length
         self._head_cache: dict[tuple[str, str, str], tuple[list[int], list[float]]] = {}
         self._tail_cache: dict[tuple[Any, ...], tuple[list[int], list[float]]] = {}
+        self._decisions: LRUCache = LRUCache(maxsize=_DECISIONS)
 
     def turn_decision(self, turn: Any, *, goal: str, actions: Sequence[str], task: Mapping[str, Any] | None = None,
                       task_type: str = "-") -> DecisionFeatures:
@@ -120,13 +124,23 @@ class TextFeaturizer:
         if not actions:
             raise ValueError("a decision needs at least one admissible action")
         recent = [str(a) for _obs, a in list(history)[-self.history_length:]] if self.history_length else []
+        # the whole decision by everything it reads (siblings in lock step and repeated episodes ask again)
+        key = (goal, observation, tuple(actions), tuple(recent))
+        hit = self._decisions.get(key)
+        if hit is None:
+            hit = self._decisions[key] = _frozen(self._decide(goal, observation, actions, recent))
+        return hit
+
+    def _decide(self, goal: str, observation: str, actions: Sequence[str], recent: list[str]) -> DecisionFeatures:
+        """:meth:`decision` computed (its caches: the head by goal, observation and action, the tail
+        by the action and what it reads of the state)."""
         obs = observation.lower()
         held = _held(actions)
         goal_words = _goal_words(goal)
         hand = "H0" if not held else "HG" if held & goal_words else "HO"
         visited = frozenset(_entities(a)[1] for a in recent if _verb(a) == "go")
-        state = (goal, hand, _outcome(observation), recent[-1] if recent else "",
-                 recent[-2] if len(recent) >= 2 else "")
+        state = (goal, hand, _outcome(observation))
+        last, back = (recent[-1] if recent else ""), (recent[-2] if len(recent) >= 2 else "")
         idx: list[int] = []
         val: list[float] = []
         own: list[int] = []
@@ -135,10 +149,15 @@ class TextFeaturizer:
             h_idx, h_val = _memo(self._head_cache, (goal, obs, action), 100_000,
                                  lambda action=action: self._head(action, goal_words, obs))
             rec = _entities(action)[1]
-            t_idx, t_val = _memo(self._tail_cache, (action, bool(rec) and rec in visited, *state), 200_000,
-                                 lambda action=action, rec=rec: self._tail(action, state, rec in visited))
-            idx += h_idx + t_idx
-            val += h_val + t_val
+            # keyed by what the tail reads: whether the action repeats the last two, not their text
+            repeats = (action == last, action == back)
+            t_idx, t_val = _memo(self._tail_cache, (action, bool(rec) and rec in visited, *state, *repeats), 200_000,
+                                 lambda action=action, rec=rec, repeats=repeats: self._tail(action, state, rec in visited,
+                                                                                            repeats))
+            idx += h_idx
+            idx += t_idx
+            val += h_val
+            val += t_val
             own += [k] * (len(idx) - n0)
         return DecisionFeatures(actions=tuple(actions), indices=np.asarray(idx, dtype=np.int64),
                                 values=np.asarray(val, dtype=np.float64), owner=np.asarray(own, dtype=np.int64))
@@ -157,9 +176,11 @@ class TextFeaturizer:
             val += c_val
         return idx, val
 
-    def _tail(self, action: str, state: tuple[str, str, str, str, str], visited: bool) -> tuple[list[int], list[float]]:
-        """Text roles, where goal things lie, recent visits and repeats, what just happened; hashed."""
-        goal, hand, outcome, last, back = state
+    def _tail(self, action: str, state: tuple[str, str, str], visited: bool,
+              repeats: tuple[bool, bool]) -> tuple[list[int], list[float]]:
+        """Text roles, where goal things lie, recent visits and repeats (whether the action is the
+        last / the one before), what just happened; hashed."""
+        goal, hand, outcome = state
         verb = _parse_action(action)[0]
         obj, rec = _entities(action)
         order = _goal_order(goal)
@@ -170,14 +191,21 @@ class TextFeaturizer:
             feats[f"gr|{g}|{verb}|{o}|{r}|{hand}"] = 1.0
             if rec:
                 feats[f"tr|{g}|{rec}|{verb}|{hand}"] = 1.0
-        if action == last:
+        if repeats[0]:
             feats[f"last|{verb}"] = 1.0
-        if action == back:
+        if repeats[1]:
             feats[f"back|{verb}"] = 1.0
         idx: list[int] = []
         val: list[float] = []
         self._hash._emit(feats, idx, val)
         return idx, val
+
+
+def _frozen(decision: DecisionFeatures) -> DecisionFeatures:
+    """``decision`` with read-only arrays (it is shared by every caller that asks again)."""
+    for arr in (decision.indices, decision.values, decision.owner):
+        arr.setflags(write=False)
+    return decision
 
 
 def _role(entity: str, goal_order: Sequence[str]) -> str:
