@@ -19,26 +19,37 @@ Configurations:
 * ``text``: the text-only policy setting (``policy="text"``: features from what an LLM agent's
   prompt shows, :mod:`trainers.arena.text_features`), every aid on (its L5 differs: another policy).
 
+``--baseline DIR`` runs the same configurations from another checkout too (e.g. a ``git worktree``
+of an earlier commit), each in its own process as well, so that the policies' costs before and
+after a change are measured side by side in one invocation, under the same load; every ratio is
+to this checkout's ``all``.
+
 Usage::
 
     python bench/arena_alfworld_run.py                 # all five (about 6 min on 2 idle cores)
-    python bench/arena_alfworld_run.py all text        # the text-only policy's cost beside the default's
+    python bench/arena_alfworld_run.py all text        # the text-only policy's cost beside the rubric policy's
+    python bench/arena_alfworld_run.py all text --baseline ../wt-old   # ... and both at another commit
     python bench/arena_alfworld_run.py all no-transition-memo
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 SCRIPT = r"""
 import json, sys, time
-from trainers.arena.config import ArenaConfig
-from trainers.arena.envs import prepare_generated_games
-from trainers.arena.run import run_one
+try:
+    from trainers.arena.config import ArenaConfig
+    from trainers.arena.envs import prepare_generated_games
+    from trainers.arena.run import run_one
+except ImportError:  # a checkout from before the arena's modules (--baseline)
+    from trainers.arena.runner import ArenaConfig, prepare_generated_games, run_one
 from agent_envs.alfworld import engine
 name, out = sys.argv[1], sys.argv[2]
 kw = {"sequential": {"sampling": "sequential"}, "text": {"policy": "text"}}.get(name, {})
@@ -58,20 +69,40 @@ print(json.dumps(res))
 CONFIGS = ("all", "no-transition-memo", "no-disk-translations", "sequential", "text")
 
 
+def _commit(tree: Path) -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip() or "?"
+
+
+def _measure(name: str, tree: Path, out: str) -> list:
+    """One configuration's two runs, in a fresh process on the checkout ``tree``."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    if name == "no-disk-translations":
+        env["RUBRICGYM_TRANSLATION_CACHE"] = "0"
+    res = subprocess.run([sys.executable, "-c", SCRIPT, name, out], cwd=tree, capture_output=True, text=True,
+                         env=env, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
-    names = sys.argv[1:] or list(CONFIGS)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("configs", nargs="*", help=f"configurations (default: all of {', '.join(CONFIGS)})")
+    ap.add_argument("--baseline", type=Path, default=None, help="another checkout to measure beside this one")
+    args = ap.parse_args()
+    names = args.configs or list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configuration(s) {unknown}; choose from {', '.join(CONFIGS)}")
+    if args.baseline is not None and not (args.baseline / "trainers" / "arena").is_dir():
+        raise SystemExit(f"--baseline {args.baseline}: not a rubricgym checkout")
+    here = Path(__file__).resolve().parents[1]
+    trees = [("", here)] + ([(f" @{_commit(args.baseline)}", args.baseline.resolve())] if args.baseline else [])
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            env = dict(os.environ)
-            if name == "no-disk-translations":
-                env["RUBRICGYM_TRANSLATION_CACHE"] = "0"
-            res = subprocess.run([sys.executable, "-c", SCRIPT, name, os.path.join(tmp, name)],
-                                 capture_output=True, text=True, env=env, check=True)
-            rows[name] = json.loads(res.stdout.strip().splitlines()[-1])
+            for tag, tree in trees:
+                rows[name + tag] = _measure(name, tree, os.path.join(tmp, f"{name}{tag.replace(' @', '-')}"))
     base = rows.get("all")
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
           f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
@@ -80,7 +111,8 @@ def main() -> None:
                  else f"{'':>8} {'':>7}")
         print(f"{name:<22} {fresh['cpu']:11.1f} {warm['cpu']:10.1f} {100 * fresh['L5']:6.1f} "
               f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; load while measuring: {os.getloadavg()[0]:.1f}")
+    print(f"commit {_commit(here)}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
+          f"load while measuring: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
