@@ -47,6 +47,7 @@ import platform
 import pstats
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from datetime import date
@@ -67,6 +68,7 @@ class Clock:
         self.turn: dict | None = None
         self.recording = False
         self.profiling = False
+        self.thread = threading.get_ident()  # the event loop's thread
 
     def push(self, label: str) -> None:
         self.stack.append([label, time.perf_counter(), time.thread_time(), 0.0, 0.0])
@@ -82,9 +84,13 @@ class Clock:
             self.stack[-1][4] += cpu
 
     def timed(self, label: str, fn):
+        """Calls on the loop's thread count; calls in other threads (the episode pool's build)
+        hold no turn of the loop and are not attributed."""
         clock = self
 
         def wrapper(*args, **kwargs):
+            if threading.get_ident() != clock.thread:
+                return fn(*args, **kwargs)
             clock.push(label)
             try:
                 return fn(*args, **kwargs)
@@ -123,6 +129,8 @@ class Clock:
         return wrapper
 
     def gc_callback(self, phase: str, _info: dict) -> None:
+        if threading.get_ident() != self.thread:
+            return
         if phase == "start":
             self.push("gc")
         elif self.stack and self.stack[-1][0] == "gc":
@@ -147,7 +155,8 @@ def install(clock: Clock) -> None:
     loop_cls.__init__ = clock.timed("ours: RubricgymEnvLoop.__init__", loop_cls.__init__)
     loop_cls.run = clock.timed_async("ours: RubricgymEnvLoop.run", loop_cls.run)
     loop_cls._prompt = clock.timed("ours: prompt", loop_cls._prompt)
-    ours.episode_pool = clock.timed("ours: episode_pool", ours.episode_pool)
+    ours.aepisode_pool = clock.timed_async("ours: aepisode_pool", ours.aepisode_pool)
+    episode.episode_pool = clock.timed("ours: episode_pool", episode.episode_pool)
     for name in ("encode_row", "_step_text", "_row_head"):  # the last two: rows written step by step
         if hasattr(ours, name):
             setattr(ours, name, clock.timed(f"ours: {name}", getattr(ours, name)))

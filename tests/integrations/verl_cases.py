@@ -897,13 +897,15 @@ def _first_sessions(server, tokenizer, spec: dict, sessions: int):
 
 
 def test_agent_loop_builds_its_pool_off_the_event_loop(tokenizer, tmp_path, monkeypatch):
-    """Eight concurrent first sessions share one build of the environment pool, and it runs in a
-    thread of its own: the build waits for an event that a coroutine of the event loop sets, so
-    the sessions win only if the loop kept running while the pool started its worker.  A build
-    that fails fails every session waiting on it; the next session builds the pool again."""
+    """Concurrent first sessions share one build of the environment pool, and it runs in a
+    thread of its own: each build waits for an event that a coroutine of the event loop sets
+    once every session waits for the pool, so the sessions get their pool only if the loop kept
+    running meanwhile.  A build that fails fails every session waiting on it; the next sessions
+    build the pool again, and eight of them play their episodes on it."""
     import threading
     from pathlib import Path
 
+    import wrappers.integrations.verl as verl_module
     from agent_envs import pool as pool_module
     from wrappers.integrations.episode import episode_pool
 
@@ -912,30 +914,35 @@ def test_agent_loop_builds_its_pool_off_the_event_loop(tokenizer, tmp_path, monk
     gate.touch()  # every step wins at once
     spec = {"env_id": "rubricgym_gated_env:Gated-v0", "env_kwargs": {"gate": str(gate), "wait": 20.0},
             "task": 0, "seed": 0}
-    builds, loop_may_go, failures = [], threading.Event(), [1]
-    real_init = pool_module.EnvPool.__init__
+    builds, entered, go = [], [], [threading.Event(), threading.Event()]
+    real_init, real_pool = pool_module.EnvPool.__init__, verl_module.aepisode_pool
 
     def gated_init(self, *args, **kwargs):
+        n = len(builds)
         builds.append(threading.get_ident())
-        if failures[0]:
-            failures[0] -= 1
-            raise OSError("cannot start a worker process")
-        if not loop_may_go.wait(30):
+        if not go[n].wait(30):
             raise RuntimeError("the event loop did not run while the pool was built")
+        if n == 0:
+            raise OSError("cannot start a worker process")
         real_init(self, *args, **kwargs)
 
+    async def counted_pool(*args, **kwargs):  # a session waits for its pool from this call on
+        entered.append(1)
+        return await real_pool(*args, **kwargs)
+
     monkeypatch.setattr(pool_module.EnvPool, "__init__", gated_init)
+    monkeypatch.setattr(verl_module, "aepisode_pool", counted_pool)
     server = StandInServer(tokenizer, lambda turn, adm: "wait")
 
-    async def open_when_building():
-        while len(builds) < 2:
+    async def open_when_waiting(event, sessions: int):
+        while len(entered) < sessions:
             await asyncio.sleep(0.005)
-        loop_may_go.set()
+        event.set()
 
     async def main():
-        failed = await _first_sessions(server, tokenizer, spec, 3)
-        won = await asyncio.gather(_first_sessions(server, tokenizer, spec, 8), open_when_building())
-        return threading.get_ident(), failed, won[0]
+        failed, _ = await asyncio.gather(_first_sessions(server, tokenizer, spec, 3), open_when_waiting(go[0], 3))
+        won, _ = await asyncio.gather(_first_sessions(server, tokenizer, spec, 8), open_when_waiting(go[1], 11))
+        return threading.get_ident(), failed, won
 
     loop_thread, failed, outputs = asyncio.run(main())
     assert [type(f).__name__ for f in failed] == ["OSError"] * 3 and "cannot start" in str(failed[0])

@@ -27,7 +27,10 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +42,7 @@ __all__ = [
     "EpisodePool",
     "StepResult",
     "TextEpisode",
+    "aepisode_pool",
     "episode_pool",
     "parse_task",
     "reset_all",
@@ -387,9 +391,62 @@ def episode_pool(env: str, env_kwargs: Mapping[str, Any] | None = None, *, worke
                  backend: str = "process", ray_options: Mapping[str, Any] | None = None,
                  pool_options: Mapping[str, Any] | None = None) -> EpisodePool:
     """The process-wide :class:`EpisodePool` of this environment, workers, backend and options."""
-    key = json.dumps([env, dict(env_kwargs or {}), workers, backend, ray_options, pool_options], sort_keys=True,
-                     default=str)
+    key = _pool_key(env, env_kwargs, workers, backend, ray_options, pool_options)
     if key not in _EPISODE_POOLS:
-        _EPISODE_POOLS[key] = EpisodePool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options,
-                                          pool_options=pool_options)
+        pool = EpisodePool(env, env_kwargs, workers=workers, backend=backend, ray_options=ray_options,
+                           pool_options=pool_options)
+        if _EPISODE_POOLS.setdefault(key, pool) is not pool:  # another thread built it meanwhile
+            pool.close()
     return _EPISODE_POOLS[key]
+
+
+async def aepisode_pool(env: str, env_kwargs: Mapping[str, Any] | None = None, *, workers: int = 1,
+                        backend: str = "process", ray_options: Mapping[str, Any] | None = None,
+                        pool_options: Mapping[str, Any] | None = None) -> EpisodePool:
+    """:func:`episode_pool` for an event loop: the pool is built (its worker processes started,
+    its servers connected) in a thread of its own, never on the loop; concurrent first calls
+    for one pool await the same build; a failed build raises in each of them, and the next
+    call tries again.  Once built, the pool is returned at once."""
+    key = _pool_key(env, env_kwargs, workers, backend, ray_options, pool_options)
+    pool = _EPISODE_POOLS.get(key)
+    if pool is not None:
+        return pool
+    with _BUILDS_LOCK:
+        build, new = _BUILDS.get(key), False
+        if build is None:
+            build = _BUILDS[key] = _in_thread(episode_pool, env, env_kwargs, workers=workers, backend=backend,
+                                              ray_options=ray_options, pool_options=pool_options)
+            new = True
+    if new:  # outside the lock: a build already done runs the callback at once
+        build.add_done_callback(lambda _f: _forget_build(key))
+    return await asyncio.wrap_future(build)
+
+
+_BUILDS: dict[str, concurrent.futures.Future] = {}
+_BUILDS_LOCK = threading.Lock()
+
+
+def _forget_build(key: str) -> None:
+    with _BUILDS_LOCK:
+        _BUILDS.pop(key, None)
+
+
+def _in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+    """``fn(*args, **kwargs)`` in a new daemon thread; its future."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting sessions
+                future.set_exception(exc)
+
+    threading.Thread(target=run, name="rubricgym-episode-pool", daemon=True).start()
+    return future
+
+
+def _pool_key(env: Any, env_kwargs: Mapping[str, Any] | None, workers: int, backend: str,
+              ray_options: Mapping[str, Any] | None, pool_options: Mapping[str, Any] | None) -> str:
+    return json.dumps([env, dict(env_kwargs or {}), workers, backend, ray_options, pool_options], sort_keys=True,
+                      default=str)

@@ -74,7 +74,7 @@ except ModuleNotFoundError as _exc:  # pragma: no cover - exercised only without
 from rubrics.trajectory import Step, Trajectory
 from wrappers.credit import available_estimators
 from wrappers.credit.flat import FlatCredit, flat_advantages, flat_credit
-from wrappers.integrations.episode import TextEpisode, check_pool_options, episode_pool
+from wrappers.integrations.episode import TextEpisode, aepisode_pool, check_pool_options
 
 __all__ = [
     "AGENT_LOOP",
@@ -412,13 +412,14 @@ class RubricgymEnvLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> list[AgentLoopOutput]:
         # verl starts a batch's sessions in one turn of its event loop, each building its loop
-        # object there (hydra's instantiate, ~3 ms of CPU each); the episode's setup (and the first
-        # session's start of the environment pool: a process spawn) waits for the next turn
+        # object there (hydra's instantiate, ~3 ms of CPU each); the episode's setup waits for the
+        # next turn, and the first sessions' start of the environment pool (process spawns) runs
+        # in a thread of its own, never on the loop
         await asyncio.sleep(0)
         spec = _episode_spec(kwargs, self.defaults)
-        episodes = episode_pool(spec["env_id"], spec["env_kwargs"], workers=spec["env_workers"],
-                                backend=spec["env_backend"], ray_options=spec["env_ray_options"],
-                                pool_options=spec["env_pool_options"])
+        episodes = await aepisode_pool(spec["env_id"], spec["env_kwargs"], workers=spec["env_workers"],
+                                       backend=spec["env_backend"], ray_options=spec["env_ray_options"],
+                                       pool_options=spec["env_pool_options"])
         ep = episodes.acquire(style=spec["style"], list_actions=spec["list_actions"], compact=spec["compact"],
                               max_steps=spec["max_steps"])
         try:
