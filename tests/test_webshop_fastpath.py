@@ -6,6 +6,7 @@ left to Flask), the snapshot dict without deep copies, the direct access-log lin
 from __future__ import annotations
 
 import datetime
+import io
 import json
 import random
 import socket
@@ -15,7 +16,7 @@ from gunicorn.config import Config
 from gunicorn.glogging import Logger, SafeAtoms
 
 from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
-from agent_envs.webshop.fastpath import StepFastPath, install_step_fast_path
+from agent_envs.webshop.fastpath import ApiFastPath, install_api_fast_path
 from agent_envs.webshop.http_worker import _HOLD_MAX, _QueuedSocket
 from agent_envs.webshop.oracle import oracle_next
 from agent_envs.webshop.server import MAX_ACTION_CHARS, create_app, snapshot_dict
@@ -43,8 +44,8 @@ class _Counting:
 def apps(catalogue):
     """(plain Flask app, app with the fast path, the requests that reached the latter's Flask)."""
     plain = create_app(catalogue, tagger="lexicon")
-    fast = install_step_fast_path(create_app(catalogue, tagger="lexicon"))
-    assert isinstance(fast.wsgi_app, StepFastPath)
+    fast = install_api_fast_path(create_app(catalogue, tagger="lexicon"))
+    assert isinstance(fast.wsgi_app, ApiFastPath)
     counting = _Counting(fast.wsgi_app.wsgi_app)
     fast.wsgi_app.wsgi_app = counting
     return plain, fast, counting
@@ -76,8 +77,7 @@ def test_oracle_episodes_get_byte_identical_answers_and_skip_flask(apps, catalog
             steps += 1
         assert snap.score == pytest.approx(1.0)
     assert steps > 12
-    assert not any(path.endswith("/step") for _m, path in counting.paths)  # all answered in front of Flask
-    assert sum(path.endswith("/reset") for _m, path in counting.paths) == 12
+    assert counting.paths == []  # every reset and step answered in front of Flask
 
 
 @pytest.mark.parametrize("kw", [
@@ -101,6 +101,36 @@ def test_malformed_steps_are_answered_by_flask_as_before(apps, kw):
     assert 400 <= want[0] < 500
     assert _answer(b, "POST", "/api/s1/step", **kw) == want
     assert ("POST", "/api/s1/step") in counting.paths
+
+
+@pytest.mark.parametrize("body", [
+    {}, {"task": 3}, {"task": 2, "kind": "synthetic"}, {"kind": "synthetic"}, {"task": 1, "tagger": "lexicon-v1"},
+    {"task": 1, "instruction": "WRONG"}, {"task": 10**9}, {"task": True}, {"task": "0"}, {"kind": "alien"},
+    {"task": 0, "tagger": "lexicon"}, {"task": 0, "tagger": "spacy:none"}, {"task": 0, "tagger": 5}, {"task": 1.0},
+    {"task": 0, "kind": ["human"]},
+], ids=lambda b: json.dumps(b))
+def test_resets_are_answered_as_flask_answers_them(apps, catalogue, body):
+    plain, fast, counting = apps
+    a, b = plain.test_client(), fast.test_client()
+    for sid in ("r1", "fixed_4"):
+        want = _answer(a, "POST", f"/api/{sid}/reset", json=body)
+        assert _answer(b, "POST", f"/api/{sid}/reset", json=body) == want
+        ours = want[0] == 200 and body.get("tagger") in (None, "lexicon-v1") and ("task" in body or sid == "r1")
+        assert (("POST", f"/api/{sid}/reset") not in counting.paths) == ours
+    inst = catalogue.goal_list(body.get("kind", "human") if body.get("kind") in ("human", "synthetic") else "human")
+    ok = {"json": {"task": 1, "instruction": inst[1].instruction}}
+    assert _answer(b, "POST", "/api/r2/reset", **ok) == _answer(a, "POST", "/api/r2/reset", **ok)
+    assert _answer(b, "POST", "/api/r3/reset") == _answer(a, "POST", "/api/r3/reset")  # no body at all
+
+
+def test_a_full_store_is_refused_by_flask(catalogue):
+    plain = create_app(catalogue, tagger="lexicon", max_sessions=1)
+    fast = install_api_fast_path(create_app(catalogue, tagger="lexicon", max_sessions=1))
+    a, b = plain.test_client(), fast.test_client()
+    for sid in ("one", "two"):
+        want = _answer(a, "POST", f"/api/{sid}/reset", json={"task": 0})
+        assert _answer(b, "POST", f"/api/{sid}/reset", json={"task": 0}) == want
+    assert want[0] == 503 and ("Retry-After", "1800") in want[1]
 
 
 def test_unknown_sessions_bad_ids_and_other_methods_go_to_flask(apps):
@@ -169,6 +199,27 @@ def test_the_access_line_is_gunicorns(resp, environ):
     assert got.split(" [", 1)[0] == want.split(" [", 1)[0]
     assert got.split("] ", 1)[1] == want.split("] ", 1)[1]
     assert abs(len(got) - len(want)) == 0  # the time stamps have one format
+
+
+def test_the_access_line_reaches_gunicorns_handler_with_or_without_a_log_record():
+    cfg = Config()
+    cfg.set("access_log_format", _ACCESS_FORMAT)
+    cfg.set("accesslog", "-")
+    log = AccessLogger(cfg)
+    [handler] = log.access_log.handlers
+    handler.stream = io.StringIO()
+    environ = {"REMOTE_ADDR": "127.0.0.1", "REQUEST_METHOD": "POST", "RAW_URI": "/api/a/step",
+               "SERVER_PROTOCOL": "HTTP/1.1"}
+    took = datetime.timedelta(microseconds=4000)
+    assert log._plain_handler() is handler  # written directly
+    log.access(_Resp("200 OK", 99), None, environ, took)
+    seen = []
+    log.access_log.addFilter(lambda record: seen.append(record.getMessage()) or True)
+    assert log._plain_handler() is None  # a filter: through logging, as gunicorn would
+    log.access(_Resp("200 OK", 99), None, environ, took)
+    first, second = handler.stream.getvalue().splitlines()
+    assert first.endswith('"POST /api/a/step HTTP/1.1" 200 99 4ms "-"') and first.startswith("127.0.0.1 [")
+    assert second.split("] ", 1)[1] == first.split("] ", 1)[1] and seen == [second]
 
 
 def test_an_answer_leaves_in_one_send():

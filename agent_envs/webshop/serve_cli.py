@@ -55,11 +55,11 @@ def _build_app(console: Console, data: Path | None, num_products: int, seed: int
                verify: bool, limit: int | None, tagger: str, goal_kind: str, max_sessions: int,
                session_ttl: float, max_browser_sessions: int | None) -> Flask:
     """The shop's Flask app, its search index built (before gunicorn forks the worker), the JSON
-    API's step requests answered by :class:`~agent_envs.webshop.fastpath.StepFastPath`; every
+    API's steps and resets answered by :class:`~agent_envs.webshop.fastpath.ApiFastPath`; every
     catalogue problem ends in one line on stderr and exit 1."""
     from agent_envs.webshop.catalogue import CatalogueError, get_catalogue
     from agent_envs.webshop.env import resolve_catalogue_spec
-    from agent_envs.webshop.fastpath import install_step_fast_path
+    from agent_envs.webshop.fastpath import install_api_fast_path
     from agent_envs.webshop.server import create_app
 
     source = str(data) if data is not None else "auto"
@@ -69,7 +69,7 @@ def _build_app(console: Console, data: Path | None, num_products: int, seed: int
         app = create_app(catalogue, tagger=tagger, goal_kind=goal_kind, max_sessions=max_sessions,
                          session_ttl=session_ttl, max_browser_sessions=max_browser_sessions)
         app.extensions["webshop"].warm_up()
-        return install_step_fast_path(app)
+        return install_api_fast_path(app)
     except (CatalogueError, ValueError, ImportError, OSError) as exc:
         raise _fail(console, str(exc) if isinstance(exc, CatalogueError) else f"{type(exc).__name__}: {exc}") \
             from None

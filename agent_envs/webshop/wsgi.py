@@ -78,7 +78,9 @@ class AccessLogger(Logger):
     """gunicorn's logger with the access line of ``_ACCESS_FORMAT`` written directly: the same
     line (remote address, time, request line, status, bytes sent, milliseconds, user agent;
     ``"`` escaped as gunicorn escapes it) without building gunicorn's table of every atom
-    and header for each request.  The time stamp is formatted once a second."""
+    and header for each request, written to gunicorn's own stream handler without a
+    ``LogRecord`` when that handler is the access log's only output.  The time stamp is
+    formatted once a second."""
 
     _stamp: tuple[int, str] = (-1, "")
 
@@ -86,9 +88,29 @@ class AccessLogger(Logger):
         if not self.access_log_enabled:
             return
         try:
-            self.access_log.info("%s", self._line(resp, environ, request_time))
+            line = self._line(resp, environ, request_time)
+            handler = self._plain_handler()
+            if handler is None:
+                self.access_log.info("%s", line)
+            else:  # what logging would write there, without building a LogRecord
+                with handler.lock:
+                    handler.stream.write(line + handler.terminator)
+                    handler.flush()
         except Exception:  # noqa: BLE001 - as gunicorn's own access(): logged, never raised
             self.error(traceback.format_exc())
+
+    def _plain_handler(self) -> logging.StreamHandler | None:
+        """gunicorn's own stream handler when it is the access log's only output, unfiltered and
+        formatted ``%(message)s`` (``--access-log``'s stdout); None otherwise."""
+        log = self.access_log
+        handlers = log.handlers
+        if len(handlers) != 1 or log.filters or log.propagate or not log.isEnabledFor(logging.INFO):
+            return None
+        handler = handlers[0]
+        plain = (getattr(handler, "_gunicorn", False) and isinstance(handler, logging.StreamHandler)
+                 and handler.stream is not None and not handler.filters and handler.level <= logging.INFO
+                 and handler.formatter is not None and handler.formatter._fmt == self.access_fmt)
+        return handler if plain else None
 
     def _line(self, resp: Any, environ: dict[str, Any], request_time: Any) -> str:
         status = resp.status
