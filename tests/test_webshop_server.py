@@ -690,12 +690,11 @@ def test_compose_is_hardened_and_passes_verification_through():
 
 
 def _lock_module():
-    import importlib.util
+    """docker/lock.py, the recipe of every image's lock (docker/webshop/lock.py runs it)."""
+    import runpy
+    from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("webshop_lock", REPO / "docker/webshop/lock.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return SimpleNamespace(**runpy.run_path(str(REPO / "docker/lock.py"), run_name="docker_lock"))
 
 
 PLOTTING_STACK = {"matplotlib", "pillow", "fonttools", "contourpy", "kiwisolver", "cycler", "pyparsing",
@@ -711,14 +710,16 @@ def test_image_dependencies_are_locked_and_installed_before_the_source():
     from packaging.utils import canonicalize_name
 
     lock = _lock_module()
-    lines = [ln for ln in lock.LOCK.read_text().splitlines() if ln and not ln.startswith("#")]
+    image = lock.IMAGES["webshop"]
+    assert image.lock == REPO / "docker/webshop/requirements.txt"
+    lines = [ln for ln in image.lock.read_text().splitlines() if ln and not ln.startswith("#")]
     pins = {}
     for ln in lines:
         m = re.fullmatch(r"([A-Za-z0-9_.-]+)==([0-9][A-Za-z0-9.+!-]*)", ln)
         assert m, f"not an exact pin: {ln!r}"
         pins[canonicalize_name(m.group(1))] = m.group(2)
     assert not PLOTTING_STACK & set(pins)
-    roots = lock.server_roots(tomllib.loads((REPO / "pyproject.toml").read_text()))
+    roots = lock.server_roots(tomllib.loads((REPO / "pyproject.toml").read_text()), image.extras)
     assert {"gunicorn", "flask", "spacy", "numpy", "gymnasium", "typer", "rich"} <= {canonicalize_name(r.name)
                                                                                      for r in roots}
     for req in roots:
