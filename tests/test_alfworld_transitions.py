@@ -228,3 +228,44 @@ def test_kept_action_specs_and_gathered_infos_equal_upstreams_in_every_state() -
         memo.enabled = True
         env.close()
     assert checked >= 20
+
+
+def test_derivations_are_keyed_by_the_mapping_they_can_read() -> None:
+    """A derivation's memo key keeps of the action's mapping only what the derivation can read:
+    a variable it names, or one a query could have bound (which a query then skips).  An
+    unnamed variable that is no argument of a queried fact is left out (the second derivation
+    is answered from the memo, and equals the grammar's own); one that is an argument of a
+    queried fact stays in the key (leaving it out would answer the wrong text)."""
+    from textworld.logic import Placeholder
+
+    env = gym.make("ALFWorld-Rubric-v0", split="generated")
+    try:
+        env.reset(seed=0, options={"task": 0})
+        inner = _inner_engine(env)
+        memo_grammar, grammar = inner._logic.grammar, inner._logic.grammar._grammar
+        state, infos = inner._pddl_state, inner._entity_infos
+        placed = sorted(f for f in state.facts if f.name == "inreceptacle")
+        receptacle = placed[0].arguments[1]
+        inside = [f.arguments[0] for f in placed if f.arguments[1] == receptacle]
+        locations = sorted({f.arguments[1] for f in state.facts if f.name == "receptacleatlocation"})[:2]
+        template = "[{o.name | inreceptacle(o:object, r:receptacle)}]"
+
+        def derive(extra: object, memoised: bool) -> str:
+            mapping = {Placeholder("r", receptacle.type): receptacle, Placeholder("q", extra.type): extra}
+            context = {"state": state, "facts": list(state.facts), "entity_infos": infos, "mapping": mapping,
+                       "variables": {ph.name: infos[var.name] for ph, var in mapping.items()}}
+            return (memo_grammar if memoised else grammar).derive(template, context)
+
+        calls = []
+        original = grammar.derive
+        grammar.derive = lambda *a, **k: calls.append(1) or original(*a, **k)
+        try:
+            texts = [derive(extra, True) for extra in (*locations, inside[0], locations[0])]
+        finally:
+            del grammar.derive
+        assert len(calls) == 2  # the second location and the second-to-last derivation were hits
+        assert texts == [derive(extra, False) for extra in (*locations, inside[0], locations[0])]
+        assert texts[0] == texts[1] != texts[2]  # the object held by the mapping is skipped
+        assert infos[inside[0].name].name in texts[0] and infos[inside[0].name].name not in texts[2]
+    finally:
+        env.close()

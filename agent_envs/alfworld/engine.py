@@ -54,6 +54,16 @@ every state), the command templates and entity names, one fact list for all of a
 derivations (the grammar reads the ``state``, never that list), and each derivation's memo
 key built once per predicate set from the facts' texts (strings compare in C, propositions
 in Python).  Tested equal to upstream's ``_gather_infos`` in every state of random play.
+An applicable operator's name and action are looked up by its id (the index of the game's
+grounded operator), so the library's names are decoded once per game, not once per state.
+
+**Derivation keys.**  A derivation (a command's text, an action's feedback) is memoised by
+the game, the template, the facts of the predicates it can query and the part of the
+action's mapping it can read: the variables it names, and an unnamed variable only where a
+query could have bound it (a query never binds a new placeholder to a variable the mapping
+holds, so such a variable changes the matches only if it is of a placeholder's type and an
+argument of a queried fact).  "go to desk 1" then has one text and one feedback from
+whichever location the agent comes (:func:`derivation_reads`, :func:`_narrowed`).
 
 ``fast_downward.pddl2sas`` replaces ``sys.argv`` (a hack of the translator's option parser)
 and swaps ``sys.stdout`` while it runs; :func:`preserve_process_state` puts back the caller's
@@ -76,7 +86,7 @@ import sys
 import threading
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +100,7 @@ __all__ = [
     "TransitionMemo",
     "Translation",
     "derivation_inputs",
+    "derivation_reads",
     "engine_infos",
     "facts_digest",
     "game_logic",
@@ -520,7 +531,10 @@ def facts_digest(facts: Any) -> str:
 
     The texts come from a process-wide table (a proposition's ``str`` is a Python format of
     its arguments, ~1.5 µs, and a state holds hundreds that recur from state to state)."""
-    out = [_fact_text(fact) for fact in facts]
+    facts = list(facts)
+    out = list(map(_fact_texts.get, facts))  # the table's texts (a C loop), then the ones it lacks
+    if None in out:
+        out = [_fact_text(fact) for fact in facts]
     out.sort()
     return hashlib.sha1("\n".join(out).encode("utf-8")).hexdigest()
 
@@ -650,11 +664,21 @@ def _pure_expression(expression: str) -> bool:
     return True
 
 
-def _query_predicates(expression: str) -> set[str]:
+def _query_parts(expression: str) -> tuple[set[str], set[tuple[str, str]]]:
+    """The predicates and the (name, type) placeholders of a conjunctive query."""
     import textworld.logic
 
     rule = textworld.logic.Rule.parse_conjunctive_query(expression)
-    return {p.name for p in rule.preconditions}
+    return {p.name for p in rule.preconditions}, {(ph.name, ph.type) for ph in rule.placeholders}
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """What a derivation can read (:func:`derivation_reads`)."""
+
+    predicates: frozenset[str]  # the facts of these predicates
+    names: frozenset[str]  # the action's variables by these placeholder names
+    placeholders: frozenset[tuple[str, str]]  # (name, type) of its queries' placeholders
 
 
 def derivation_inputs(grammar: Any, start: str) -> frozenset[str] | None:
@@ -665,11 +689,29 @@ def derivation_inputs(grammar: Any, start: str) -> frozenset[str] | None:
     else — unless an eval symbol runs more than attribute reads (``None``: not memoisable).
     Every rule reachable from ``start`` counts, whichever one a state selects.
     """
+    reads = derivation_reads(grammar, start)
+    return None if reads is None else reads.predicates
+
+
+def derivation_reads(grammar: Any, start: str) -> _Reads | None:
+    """:func:`derivation_inputs`, with what else a derivation of ``start`` can read of the
+    action's mapping: the variables its queries and eval symbols name, and its queries'
+    placeholders (a query never binds a placeholder it adds to a variable the mapping already
+    holds, so an unnamed mapping variable can still change its matches: see
+    :func:`_narrowed`)."""
     from textworld.envs.pddl import textgen
 
     preds: set[str] = set()
+    names: set[str] = set()
+    placeholders: set[tuple[str, str]] = set()
     seen: set[str] = set()
     stack = list(textgen._parse_and_convert(start, rule_name="symbols"))
+
+    def add_query(expression: str) -> None:
+        query_preds, query_phs = _query_parts(expression)
+        preds.update(query_preds)
+        placeholders.update(query_phs)
+
     while stack:
         sym = stack.pop()
         if isinstance(sym, textgen.TerminalSymbol):
@@ -677,9 +719,10 @@ def derivation_inputs(grammar: Any, start: str) -> frozenset[str] | None:
         if isinstance(sym, textgen.EvalSymbol):
             if not _pure_expression(sym.expression):
                 return None
+            names.update(_expression_names(sym.expression))
         elif isinstance(sym, textgen.ConditionalSymbol):
             if sym.given:
-                preds |= _query_predicates(sym.given)
+                add_query(sym.given)
             stack.append(sym.expression)
         elif isinstance(sym, textgen.ListSymbol):
             stack.append(sym.symbol)
@@ -694,23 +737,31 @@ def derivation_inputs(grammar: Any, start: str) -> frozenset[str] | None:
                 return None  # the real derivation raises its own error
             for rule in rules:
                 if rule.condition:
-                    preds |= _query_predicates(rule.condition)
+                    add_query(rule.condition)
                 stack += list(rule.rhs)
         else:
             return None
-    return frozenset(preds)
+    names.update(name for name, _ in placeholders)
+    return _Reads(frozenset(preds), frozenset(names), frozenset(placeholders))
+
+
+def _expression_names(expression: str) -> set[str]:
+    """The variable names an eval symbol reads."""
+    import ast
+
+    return {node.id for node in ast.walk(ast.parse(expression.strip(), mode="eval")) if isinstance(node, ast.Name)}
 
 
 class _MemoGrammar:
     """A game's grammar whose ``derive`` is memoised by everything a derivation reads:
-    the game (its entity infos), the template, the action's mapping and the facts of the
-    predicates the template can query (:func:`derivation_inputs`).  A step derives the
-    text of every applicable command (25-40 in ALFWorld), and most are the same from one
-    step to the next ("go to" a receptacle queries only where receptacles are)."""
+    the game (its entity infos), the template, the part of the action's mapping it can read
+    and the facts of the predicates the template can query (:func:`derivation_reads`).  A
+    step derives the text of every applicable command (25-40 in ALFWorld), and most are the
+    same from one step to the next ("go to" a receptacle queries only where receptacles
+    are, whichever location the agent goes from)."""
 
     def __init__(self, grammar: Any, game_key: str) -> None:
         self._grammar, self._game = grammar, game_key
-        self._inputs: dict[str, frozenset[str] | None] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._grammar, name)
@@ -724,12 +775,13 @@ class _MemoGrammar:
         deriving many templates in one state compute each part of the key once.
         """
         context = context or {}
-        inputs = self._inputs.get(start, _UNKNOWN)
-        if inputs is _UNKNOWN:
-            inputs = self._inputs[start] = derivation_inputs(self._grammar, start)
         state = context.get("state")
-        if inputs is None or state is None or not _transitions.enabled:
+        if state is None or not _transitions.enabled:
             return self._grammar.derive(start, context)
+        reads = self._reads(start, state)
+        if reads is None:
+            return self._grammar.derive(start, context)
+        inputs = reads[0].predicates
         facts = read.get(inputs) if read is not None else None
         if facts is None:
             facts = _fact_texts_of(state, inputs)
@@ -737,12 +789,74 @@ class _MemoGrammar:
                 read[inputs] = facts
         if mapping_key is None:
             mapping_key = frozenset(context.get("mapping", {}).items())
-        key = (self._game, start, mapping_key, facts)
+        key = (self._game, start, _narrowed(reads, mapping_key, state, read), facts)
         text = _lru_lookup(_derived, key)
         if text is None:
             text = self._grammar.derive(start, context)
             _lru_store(_derived, key, text)
         return text
+
+    def _reads(self, start: str, state: Any) -> tuple[_Reads, Any] | None:
+        """:func:`derivation_reads` of ``start`` and the state's logic, whose types
+        :func:`_narrowed` reads (process-wide per game: a game is loaded again and again)."""
+        key = (self._game, start)
+        found = _reads_cache.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            reads = derivation_reads(self._grammar, start)
+            found = None if reads is None else (reads, state._logic)
+            _bounded_put(_reads_cache, key, found, _READS_SIZE)
+        return found
+
+
+def _narrowed(reads: tuple[_Reads, Any], mapping_key: frozenset[Any], state: Any,
+              read: dict[Any, Any] | None) -> frozenset[Any]:
+    """The part of an action's mapping a derivation can read.
+
+    A derivation reads a mapping variable by its placeholder's name (an eval symbol, or a
+    query binding it), or through a query's rule that the placeholders a query adds are never
+    bound to a variable the mapping holds: an unnamed variable matters only when it is of a
+    (sub)type of such a placeholder *and* an argument of a fact of a queried predicate (the
+    only candidates a query tries).  Everything else of the mapping is left out of the key.
+    """
+    split = _narrow_cache.get((reads[0], mapping_key))
+    if split is None:
+        split = _split_mapping(reads, mapping_key)
+        _bounded_put(_narrow_cache, (reads[0], mapping_key), split, _READS_SIZE)
+    named, candidates = split
+    if not candidates:
+        return named
+    key = ("args", reads[0].predicates)
+    args = read.get(key) if read is not None else None
+    if args is None:
+        args = _fact_args_of(state, reads[0].predicates)
+        if read is not None:
+            read[key] = args
+    return named | frozenset(item for item in candidates if item[1] in args)
+
+
+def _split_mapping(reads: tuple[_Reads, Any], mapping_key: frozenset[Any]) -> tuple[frozenset[Any], frozenset[Any]]:
+    """(the mapping items a derivation names, the unnamed ones whose type could match a
+    placeholder its queries add); every unnamed item is a candidate when a type is unknown."""
+    parts, logic = reads
+    bound = {(ph.name, ph.type) for ph, _ in mapping_key}
+    named = frozenset(item for item in mapping_key if item[0].name in parts.names)
+    rest = mapping_key - named
+    try:
+        types = {t.name for n, ty in parts.placeholders if (n, ty) not in bound for t in logic.types.get(ty).subtypes}
+    except Exception:  # noqa: BLE001 - a type the logic does not know: keep every variable
+        return named, rest
+    return named, frozenset(item for item in rest if item[1].type in types)
+
+
+def _fact_args_of(state: Any, predicates: frozenset[str]) -> frozenset[Any]:
+    """The variables that are arguments of ``state``'s facts of the given predicates."""
+    return frozenset(v for sig, group in state._facts.items() if sig.name in predicates for f in group
+                     for v in f.arguments)
+
+
+_READS_SIZE = 100_000
+_reads_cache: dict[tuple[str, str], Any] = {}
+_narrow_cache: dict[Any, frozenset[Any]] = {}
 
 
 _UNKNOWN = object()
@@ -851,6 +965,9 @@ class _GameConstants:
     command_templates: tuple[str, ...]
     names: dict[str, str]  # entity id -> name (after the demangler named them)
     actions: dict[str, _ActionSpec]  # operator name -> its action's parts
+    #: operator id -> its name and spec (ids index the game's grounded operators, the same in
+    #: every engine of the game: reading a name from the library decodes it every time)
+    operators: dict[int, tuple[str, _ActionSpec]] = field(default_factory=dict)
 
 
 class _Restoring:
@@ -1072,22 +1189,28 @@ class _Restoring:
         import fast_downward
         import textworld.logic
 
-        pddl, specs = self._pddl_state, self._game_constants().actions
+        game = self._game_constants()
+        pddl, specs, by_id = self._pddl_state, game.actions, game.operators
         lib = pddl.downward_lib
         operators = (fast_downward.Operator * lib.get_applicable_operators_count())()
         lib.get_applicable_operators(operators)
-        pddl._operators = {op.id: op for op in operators}
+        ids = [op.id for op in operators]
+        pddl._operators = dict(zip(ids, operators))
         actions, seen = [], set()
-        for operator in operators:
-            key = operator.name
+        for op_id, operator in zip(ids, operators):
+            known = by_id.get(op_id)
+            if known is None:
+                key = operator.name
+                spec = specs.get(key)
+                if spec is None:
+                    spec = specs[key] = _action_spec(pddl, self._logic, key)
+                known = by_id[op_id] = (key, spec)
+            key, spec = known
             if key in seen:
                 continue
             seen.add(key)
-            spec = specs.get(key)
-            if spec is None:
-                spec = specs[key] = _action_spec(pddl, self._logic, key)
             action = textworld.logic.Action(name=spec.name, preconditions=[], postconditions=[])
-            action.id = operator.id
+            action.id = op_id
             action.mapping = dict(spec.mapping)
             action.command_template = spec.command_template
             action.feedback_rule = spec.feedback_rule
