@@ -96,6 +96,25 @@ def test_text_features_read_the_prompt_and_only_its_last_turns() -> None:
     assert not _same(base, _features(text, turn, {**task, "goal": "put a mug in sinkbasin."}))
 
 
+def test_a_long_goal_sentence_weighs_as_much_as_a_short_one() -> None:
+    # Sokoban's goal is a 23-word legend every level shares: one unscaled feature per goal word
+    # made it a 23-fold bias of each direction, and the text policy learned nothing there
+    env = make_env("Sokoban-Rubric-v0")
+    grid, info = env.reset(seed=0)
+    env.close()
+    text, moves = TextFeaturizer(DIM), ["up", "down", "left", "right"]
+
+    def norms(goal: str) -> np.ndarray:
+        d = text.decision(goal=goal, observation=grid, actions=moves)
+        return np.bincount(d.owner, weights=d.values**2)
+
+    short, long = norms("Push the box onto the target."), norms(info["task"]["goal"])
+    assert len(info["task"]["goal"].split()) > 30
+    # the crosses and the goal-role features weigh one unit each however long the goal is; the
+    # long goal also names the moves, which adds the goal-overlap features' unit
+    assert np.all(long <= short + 1.0 + 1e-9), (short, long)
+
+
 def test_the_arena_policy_acts_the_same_on_garbled_info_with_the_text_policy() -> None:
     turns = _episode()
     pol = LinearSoftmaxPolicy(DIM, np.random.default_rng(0).normal(0, 1.0, DIM))

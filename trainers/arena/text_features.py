@@ -20,7 +20,9 @@ turns):
   (goal words in the action plus the observation text after its argument);
 * ``x|g|w`` for every goal word ``g`` and action word ``w`` (scaled by 1/sqrt(count));
 * ``role|v|o|r|H``, and ``gr|g|v|o|r|H`` and ``tr|g|receptacle|v|H`` for every goal word
-  ``g`` (what to do with which entity, per kind of goal; where goal things lie);
+  ``g`` (what to do with which entity, per kind of goal; where goal things lie), each scaled by
+  1/sqrt(number of goal words), so that the goal's words together weigh one unit however long
+  the goal sentence is;
 * ``vis|v|r|H|V``, ``last|v`` / ``back|v`` (repeats of the last two actions) and
   ``out|w|v`` (``w``: the first two content words of the observation, what just happened).
 
@@ -187,10 +189,14 @@ class TextFeaturizer:
         o, r = _role(obj, order), _role(rec, order)
         feats = {f"role|{verb}|{o}|{r}|{hand}": 1.0, f"vis|{verb}|{r}|{hand}|V{int(visited)}": 1.0,
                  f"out|{outcome}|{verb}": 1.0}
-        for g in sorted(set(order)):
-            feats[f"gr|{g}|{verb}|{o}|{r}|{hand}"] = 1.0
+        words = sorted(set(order))
+        # one unit of norm for all goal words together, as the crosses: a long goal sentence that
+        # every task shares (Sokoban's legend) must not become a many-fold bias of each verb
+        scale = 1.0 / np.sqrt(len(words)) if words else 1.0
+        for g in words:
+            feats[f"gr|{g}|{verb}|{o}|{r}|{hand}"] = scale
             if rec:
-                feats[f"tr|{g}|{rec}|{verb}|{hand}"] = 1.0
+                feats[f"tr|{g}|{rec}|{verb}|{hand}"] = scale
         if repeats[0]:
             feats[f"last|{verb}"] = 1.0
         if repeats[1]:
