@@ -283,6 +283,29 @@ def test_requests_are_framed_before_a_thread_takes_them(data, expected):
     assert (frame.state, frame.end, frame.status, frame.drop) == expected
 
 
+@pytest.mark.parametrize(("line", "on_loop"), [
+    (b"POST /api/s1/step HTTP/1.1\r\n", True),
+    (b"GET /api/s1/snapshot HTTP/1.1\r\n", True),
+    (b"DELETE /api/s1 HTTP/1.1\r\n", True),
+    (b"GET /search_results/s1/api/1 HTTP/1.1\r\n", False),  # "/api/" further in: a page
+    (b"GET /apiary HTTP/1.1\r\n", False),
+    (b"GET /healthz HTTP/1.1\r\n", False),
+    (b"POST /s1 HTTP/1.1\r\n", False),
+    (b"XXXXXXXXXXXXXXXXXXXX /api/s1/step HTTP/1.1\r\n", False),  # no method is that long
+])
+def test_the_production_server_serves_the_json_api_on_its_event_loop(line, on_loop):
+    """``rubricgym webshop serve``'s worker answers the JSON API on the loop and every page on a
+    thread; with ``loop_paths=()`` every request goes to a thread."""
+    from agent_envs.webshop.http_worker import _target_starts
+    from agent_envs.webshop.wsgi import ProductionOptions
+
+    worker = ProductionOptions().gunicorn_settings(fd=3)["worker_class"]
+    assert worker.inline_prefixes == (b"/api/",)
+    assert _target_starts(bytearray(line), worker.inline_prefixes) is on_loop
+    threaded = ProductionOptions(loop_paths=()).gunicorn_settings(fd=3)["worker_class"]
+    assert _target_starts(bytearray(line), threaded.inline_prefixes) is False
+
+
 def test_bm25s_prints_no_debug_line_and_the_callers_logging_is_kept():
     """bm25s sets its own logger to DEBUG when imported: every index then printed "DEBUG
     bm25s: Building index from tokens" under a WARNING root handler.  The import leaves the

@@ -30,6 +30,14 @@ where and how long a request is read:
   event loop writes it out before the connection's next request is read.  A client that does
   not take its answer within ``request_timeout`` seconds loses the connection; it never holds
   a thread.
+* **Short requests never leave the loop.**  A whole request whose target starts with one of
+  ``inline_prefixes`` (the shop's JSON API: a few hundred microseconds of in-memory work) is
+  parsed, answered and logged on the event loop: handing it to a thread and back (a queue, a
+  wake-up pipe, two poller changes, the GIL passed twice) cost as much CPU as the answer itself.
+  Reading never waits and writes are queued, so a request served on the loop waits for no
+  client; it delays the loop by its own work only, which is why only routes of bounded work
+  belong there.  A pipelined request after one served on the loop waits for the loop's next
+  round, behind the other connections' events.
 * **Closing off the loop.**  gunicorn lingers on a closed connection for up to 2 s, reading
   what the client still sends, inside its main loop; here the lingering connection waits in the
   poller, so a client that never closes its side cannot stall everyone else.
@@ -241,6 +249,7 @@ class _Conn(TConn):
         self.rbuf = bytearray()
         self.drop = 0  # bytes of an oversize body still to read and drop
         self.continued = False  # 100 Continue sent for the request being read
+        self.inline = False  # the request in the parser is served on the event loop
         self.deadline = 0.0  # when the request being read must be whole
         # The HTTP/1.1 parser reads from the buffer handed over (never TLS or HTTP/2 here).
         self.parser = http.get_parser(worker.cfg, sock, client)
@@ -263,9 +272,11 @@ class BufferedThreadWorker(ThreadWorker):
     max_head = 64 * 1024
     max_body = 64 * 1024
     drain_limit = 1 << 20
+    inline_prefixes: tuple[bytes, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._dispatching = False  # a request is being read or served on the event loop
         self._reading: dict[_Conn, None] = {}  # waiting in the poller for more of a request
         self._writing: dict[_Conn, None] = {}  # waiting in the poller to write out an answer
         self._lingering: dict[_Conn, float] = {}  # connection -> when to close it
@@ -299,7 +310,7 @@ class BufferedThreadWorker(ThreadWorker):
             return
         except OSError:
             sent, conn.sock.wbuf = 0, bytearray()  # the client is gone: nothing more to write
-            fs = _Failed()
+            fs = _Done(False)  # the client is gone: close
         del conn.sock.wbuf[:sent]
         if not conn.sock.wbuf:
             del self._writing[conn]
@@ -334,13 +345,44 @@ class BufferedThreadWorker(ThreadWorker):
         else:
             super().finish_request(conn, fs)
 
-    # ---------------------------------------------------------------- a thread
+    # ---------------------------------------------------------------- dispatch
+    def enqueue_req(self, conn: _Conn) -> None:
+        """Read what has arrived, on the event loop; a whole request is then served on the loop
+        when its target starts with one of ``inline_prefixes``, else on a thread.  The next
+        pipelined request of a connection served on the loop waits for the loop's next round,
+        after the other connections' events, so one connection cannot keep the loop to itself."""
+        if self._dispatching:
+            self.method_queue.defer(self.enqueue_req, conn)
+            return
+        self._dispatching = True
+        try:
+            self._dispatch(conn)
+        finally:
+            self._dispatching = False
+
+    def _dispatch(self, conn: _Conn) -> None:
+        try:
+            result = self._take(conn)
+            if result is None:
+                if not conn.inline:
+                    fs = self.tpool.submit(self.serve, conn)
+                    fs.add_done_callback(lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
+                    return
+                result = self.serve(conn)
+        except Exception as exc:  # as a thread's: the connection is closed
+            self.log.exception("Error handling a request on the event loop")
+            result = exc
+        self.finish_request(conn, _Done(result))
+
     def handle(self, conn: _Conn) -> Any:
         """Read what has arrived without waiting; gthread's handling once the request is whole,
         ``_MORE`` while it is not, False (close) after a refusal."""
         taken = self._take(conn)
-        if taken is not None:
-            return taken
+        return taken if taken is not None else self.serve(conn)
+
+    def serve(self, conn: _Conn) -> Any:
+        """gthread's handling of the whole request in the parser, its answer gathered and sent
+        at once: whether to keep the connection."""
         conn.sock.hold()
         try:
             keep = super().handle(conn)
@@ -376,6 +418,7 @@ class BufferedThreadWorker(ThreadWorker):
         frame = frame_request(conn.rbuf, max_head=self.max_head, max_body=self.max_body,
                               drain_limit=self.drain_limit, max_line=self.cfg.limit_request_line)
         if frame.state == "ready":
+            conn.inline = _target_starts(conn.rbuf, self.inline_prefixes)
             conn.parser.unreader.unread(bytes(conn.rbuf[:frame.end]))
             del conn.rbuf[:frame.end]
             conn.continued = False
@@ -466,17 +509,31 @@ class BufferedThreadWorker(ThreadWorker):
                 self._close_lingering(conn)
 
 
-class _Failed:
-    """A finished thread's future whose connection is to be closed (its client went away)."""
+class _Done:
+    """A finished request, as ``finish_request`` reads a thread's future: ``outcome`` is its result,
+    or the exception it raised."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
 
     def cancelled(self) -> bool:
         return False
 
-    def exception(self) -> None:
-        return None
+    def exception(self) -> BaseException | None:
+        return self.outcome if isinstance(self.outcome, BaseException) else None
 
-    def result(self) -> bool:
+    def result(self) -> Any:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+def _target_starts(buf: bytearray, prefixes: tuple[bytes, ...]) -> bool:
+    """Whether the request line at the start of ``buf`` names a target beginning with a prefix."""
+    if not prefixes:
         return False
+    space = buf.find(b" ", 0, 16)
+    return space > 0 and any(buf.startswith(p, space + 1) for p in prefixes)
 
 
 def _send(conn: _Conn, data: bytes) -> None:
@@ -495,8 +552,11 @@ def _refusal_message(status: int, worker: BufferedThreadWorker) -> str:
     return f"request bodies larger than {worker.max_body} bytes are refused"
 
 
-def worker_class(*, request_timeout: float, max_body: int, drain_limit: int = 1 << 20) -> type[BufferedThreadWorker]:
-    """A :class:`BufferedThreadWorker` subclass with these limits (gunicorn's ``worker_class``)."""
+def worker_class(*, request_timeout: float, max_body: int, drain_limit: int = 1 << 20,
+                 inline_prefixes: tuple[str, ...] = ()) -> type[BufferedThreadWorker]:
+    """A :class:`BufferedThreadWorker` subclass with these limits (gunicorn's ``worker_class``);
+    requests whose target starts with one of ``inline_prefixes`` are served on the event loop."""
     return type("BufferedThreadWorker", (BufferedThreadWorker,),
                 {"request_timeout": float(request_timeout), "max_body": int(max_body),
-                 "drain_limit": int(drain_limit), "__module__": __name__})
+                 "drain_limit": int(drain_limit), "__module__": __name__,
+                 "inline_prefixes": tuple(p.encode("ascii") for p in inline_prefixes)})

@@ -150,6 +150,11 @@ class ProductionOptions:
             client may take to read an answer (1-600).
         worker_timeout: Seconds of a stalled worker main loop before it is replaced (1-3600).
         access_log: One line per request on stdout.
+        loop_paths: Requests whose path starts with one of these are served on the worker's
+            event loop rather than handed to a thread and back: for the shop's JSON API (short,
+            in-memory work) that hand-off was half the server's CPU per request.  A request
+            served on the loop delays every other until it is answered, so only routes of
+            bounded work belong here; ``()`` serves every request on a thread.
 
     Example:
         >>> ProductionOptions(threads=4).gunicorn_settings(fd=7)["bind"]
@@ -166,6 +171,7 @@ class ProductionOptions:
     request_timeout: int = 10
     worker_timeout: int = 30
     access_log: bool = True
+    loop_paths: tuple[str, ...] = ("/api/",)
 
     def check(self) -> None:
         """Raise ValueError naming the first option out of range."""
@@ -180,7 +186,8 @@ class ProductionOptions:
         shm = "/dev/shm"  # the worker's heartbeat file: a tmpfs even on a read-only root
         return {
             "bind": [f"fd://{fd}"], "workers": 1, "threads": self.threads,
-            "worker_class": worker_class(request_timeout=self.request_timeout, max_body=MAX_CONTENT_LENGTH),
+            "worker_class": worker_class(request_timeout=self.request_timeout, max_body=MAX_CONTENT_LENGTH,
+                                         inline_prefixes=self.loop_paths),
             "preload_app": True, "max_requests": 0, "timeout": self.worker_timeout,
             "graceful_timeout": self.graceful_timeout, "keepalive": self.keepalive,
             "accesslog": "-" if self.access_log else None, "access_log_format": _ACCESS_FORMAT,
