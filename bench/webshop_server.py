@@ -87,9 +87,11 @@ def header(args: argparse.Namespace) -> str:
                 if ln.startswith("model name")), platform.processor())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=False).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True, check=False).stdout.strip()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{datetime.date.today()} {cpu}, {os.cpu_count()} cores, load {load}; commit {commit or '?'} "
-            f"(+ working tree){_base(args)}; {args.num_products} products, tagger {args.tagger}, gunicorn --threads "
+    return (f"{datetime.date.today()} {cpu}, {os.cpu_count()} cores, load {load}; commit {commit or '?'}"
+            f"{' (+ uncommitted changes)' if dirty else ''}{_base(args)}; {args.num_products} products, tagger {args.tagger}, gunicorn --threads "
             f"{args.threads}; {args.episodes} oracle episodes per run, medians of {args.repeats} interleaved runs")
 
 
