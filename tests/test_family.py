@@ -110,6 +110,19 @@ def test_no_module_outside_the_families_branches_on_an_environment_name() -> Non
     assert not found, "\n".join(found)
 
 
+def test_sokoban_is_named_in_at_most_three_package_files_outside_its_folder() -> None:
+    """An environment is one folder: outside ``agent_envs/sokoban/`` only its registration entry
+    and two examples of a family's estimator settings (docs/sokoban.md lists them) name it."""
+    named = sorted(
+        path.relative_to(REPO).as_posix()
+        for package in ("agent_envs", "trainers", "wrappers", "rubrics")
+        for path in (REPO / package).rglob("*.py")
+        if not path.relative_to(REPO).as_posix().startswith("agent_envs/sokoban/")
+        and "sokoban" in path.read_text(encoding="utf-8").lower()
+    )
+    assert named == ["agent_envs/family.py", "agent_envs/registration.py", "trainers/config.py"], named
+
+
 def test_importing_agent_envs_registers_every_family_without_an_engine() -> None:
     code = ("import sys, agent_envs; from agent_envs.family import families; "
             "print(len(families()), ','.join(m for m in ('alfworld', 'textworld', 'flask', 'bm25s') if m in sys.modules))")

@@ -191,7 +191,7 @@ class TextFeaturizer:
                  f"out|{outcome}|{verb}": 1.0}
         words = sorted(set(order))
         # one unit of norm for all goal words together, as the crosses: a long goal sentence that
-        # every task shares (Sokoban's legend) must not become a many-fold bias of each verb
+        # every task shares (a grid game's legend) must not become a many-fold bias of each verb
         scale = 1.0 / np.sqrt(len(words)) if words else 1.0
         for g in words:
             feats[f"gr|{g}|{verb}|{o}|{r}|{hand}"] = scale
