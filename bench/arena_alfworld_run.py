@@ -22,7 +22,8 @@ Configurations:
 ``--baseline DIR`` runs the same configurations from another checkout too (e.g. a ``git worktree``
 of an earlier commit), each in its own process as well, so that the policies' costs before and
 after a change are measured side by side in one invocation, under the same load; every ratio is
-to this checkout's ``all``.
+to this checkout's ``all``.  A configuration the other checkout cannot run (``text`` before the
+text policy existed) is reported as not measured there.
 
 Usage::
 
@@ -102,7 +103,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             for tag, tree in trees:
-                rows[name + tag] = _measure(name, tree, os.path.join(tmp, f"{name}{tag.replace(' @', '-')}"))
+                try:
+                    rows[name + tag] = _measure(name, tree, os.path.join(tmp, f"{name}{tag.replace(' @', '-')}"))
+                except subprocess.CalledProcessError as exc:
+                    if not tag:
+                        raise
+                    why = (exc.stderr or "").strip().splitlines()[-1:] or ["failed"]
+                    print(f"{name}{tag}: not measured, that checkout cannot run it ({why[0][:120]})")
     base = rows.get("all")
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
           f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
