@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -346,6 +347,51 @@ def test_a_client_that_does_not_read_its_answers_holds_no_thread(prod, path):
     served = sum(f'"GET {path} HTTP/1.1" 200' in ln and '"-"' in ln for ln in prod.out)
     assert 100 < served < 10000, served  # raw-socket requests have no User-Agent ("-")
     requests.delete(f"{prod.url}/api/greedy", timeout=10)
+
+
+LOOP_APP = """
+import sys, threading
+from flask import Flask
+from agent_envs.webshop.wsgi import ProductionOptions, serve_production
+app = Flask("loop_paths")
+released = threading.Event()
+
+@app.get("/page")
+def page():  # holds the only thread until an API request releases it
+    open(sys.argv[2], "w").close()  # the test waits for this before it sends the API request
+    return "released" if released.wait(15) else "not released"
+
+@app.get("/api/release")
+def release():
+    released.set()
+    return "ok"
+
+paths = ("/api/",) if sys.argv[1] == "loop" else ()
+serve_production(app, port=0, options=ProductionOptions(threads=1, loop_paths=paths, access_log=False),
+                 on_ready=lambda url: print("serving on", url, file=sys.stderr, flush=True))
+"""
+
+
+@pytest.mark.parametrize("mode", ["loop", "threads"])
+def test_the_json_api_is_answered_while_every_thread_is_busy(mode, tmp_path):
+    """One thread, held by a page that waits for an API request: served on the event loop
+    (``loop_paths``, the default for ``/api/``) the API request releases it; with
+    ``loop_paths=()`` the API request queues behind the page, which gives up after 15 s."""
+    started = tmp_path / "page-started"
+    server = Server([sys.executable, "-c", LOOP_APP, mode, str(started)])
+    assert server.url, server.log()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            page = pool.submit(requests.get, f"{server.url}/page", timeout=60)
+            deadline = time.monotonic() + 60
+            while not started.exists():  # the page holds the worker's only thread
+                assert time.monotonic() < deadline and not page.done(), server.log()
+                time.sleep(0.05)
+            assert requests.get(f"{server.url}/api/release", timeout=60).text == "ok"
+            expected = "released" if mode == "loop" else "not released"
+            assert page.result().text == expected
+    finally:
+        server.stop()
 
 
 def _next_response(fp) -> tuple[str, dict[str, str], bytes]:
