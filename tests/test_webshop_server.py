@@ -300,10 +300,10 @@ def test_the_production_server_serves_the_json_api_on_its_event_loop(line, on_lo
     from agent_envs.webshop.wsgi import ProductionOptions
 
     worker = ProductionOptions().gunicorn_settings(fd=3)["worker_class"]
-    assert worker.inline_prefixes == (b"/api/",)
-    assert _target_starts(bytearray(line), worker.inline_prefixes) is on_loop
+    assert worker.loop_paths == (b"/api/",)
+    assert _target_starts(bytearray(line), worker.loop_paths) is on_loop
     threaded = ProductionOptions(loop_paths=()).gunicorn_settings(fd=3)["worker_class"]
-    assert _target_starts(bytearray(line), threaded.inline_prefixes) is False
+    assert _target_starts(bytearray(line), threaded.loop_paths) is False
 
 
 def test_bm25s_prints_no_debug_line_and_the_callers_logging_is_kept():

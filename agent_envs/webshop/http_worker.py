@@ -9,7 +9,7 @@ where and how long a request is read:
 
 * **Never waited for on a thread.**  A connection waits in the worker's poller until it has
   data (gthread gives a new one to a thread at once, which waits up to 5 s for its first byte).
-  A thread then reads what has arrived, without blocking, into the connection's buffer: while
+  The event loop then reads what has arrived, without blocking, into the connection's buffer: while
   the request is not whole (the head, then a body of at most ``max_body`` bytes, by
   ``Content-Length`` or chunked), the connection goes back to the poller; once it is, gunicorn's
   parser reads it from memory.  A slow client costs a buffer, not a thread, and a normal
@@ -31,7 +31,7 @@ where and how long a request is read:
   not take its answer within ``request_timeout`` seconds loses the connection; it never holds
   a thread.
 * **Short requests never leave the loop.**  A whole request whose target starts with one of
-  ``inline_prefixes`` (the shop's JSON API: a few hundred microseconds of in-memory work) is
+  ``loop_paths`` (the shop's JSON API: a few hundred microseconds of in-memory work) is
   parsed, answered and logged on the event loop: handing it to a thread and back (a queue, a
   wake-up pipe, two poller changes, the GIL passed twice) cost as much CPU as the answer itself.
   Reading never waits and writes are queued, so a request served on the loop waits for no
@@ -249,7 +249,7 @@ class _Conn(TConn):
         self.rbuf = bytearray()
         self.drop = 0  # bytes of an oversize body still to read and drop
         self.continued = False  # 100 Continue sent for the request being read
-        self.inline = False  # the request in the parser is served on the event loop
+        self.on_loop = False  # the request in the parser is served on the event loop
         self.deadline = 0.0  # when the request being read must be whole
         # The HTTP/1.1 parser reads from the buffer handed over (never TLS or HTTP/2 here).
         self.parser = http.get_parser(worker.cfg, sock, client)
@@ -272,7 +272,7 @@ class BufferedThreadWorker(ThreadWorker):
     max_head = 64 * 1024
     max_body = 64 * 1024
     drain_limit = 1 << 20
-    inline_prefixes: tuple[bytes, ...] = ()
+    loop_paths: tuple[bytes, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -348,7 +348,7 @@ class BufferedThreadWorker(ThreadWorker):
     # ---------------------------------------------------------------- dispatch
     def enqueue_req(self, conn: _Conn) -> None:
         """Read what has arrived, on the event loop; a whole request is then served on the loop
-        when its target starts with one of ``inline_prefixes``, else on a thread.  The next
+        when its target starts with one of ``loop_paths``, else on a thread.  The next
         pipelined request of a connection served on the loop waits for the loop's next round,
         after the other connections' events, so one connection cannot keep the loop to itself."""
         if self._dispatching:
@@ -364,7 +364,7 @@ class BufferedThreadWorker(ThreadWorker):
         try:
             result = self._take(conn)
             if result is None:
-                if not conn.inline:
+                if not conn.on_loop:
                     fs = self.tpool.submit(self.serve, conn)
                     fs.add_done_callback(lambda fut: self.method_queue.defer(self.finish_request, conn, fut))
                     return
@@ -373,12 +373,6 @@ class BufferedThreadWorker(ThreadWorker):
             self.log.exception("Error handling a request on the event loop")
             result = exc
         self.finish_request(conn, _Done(result))
-
-    def handle(self, conn: _Conn) -> Any:
-        """Read what has arrived without waiting; gthread's handling once the request is whole,
-        ``_MORE`` while it is not, False (close) after a refusal."""
-        taken = self._take(conn)
-        return taken if taken is not None else self.serve(conn)
 
     def serve(self, conn: _Conn) -> Any:
         """gthread's handling of the whole request in the parser, its answer gathered and sent
@@ -418,7 +412,7 @@ class BufferedThreadWorker(ThreadWorker):
         frame = frame_request(conn.rbuf, max_head=self.max_head, max_body=self.max_body,
                               drain_limit=self.drain_limit, max_line=self.cfg.limit_request_line)
         if frame.state == "ready":
-            conn.inline = _target_starts(conn.rbuf, self.inline_prefixes)
+            conn.on_loop = _target_starts(conn.rbuf, self.loop_paths)
             conn.parser.unreader.unread(bytes(conn.rbuf[:frame.end]))
             del conn.rbuf[:frame.end]
             conn.continued = False
@@ -553,10 +547,10 @@ def _refusal_message(status: int, worker: BufferedThreadWorker) -> str:
 
 
 def worker_class(*, request_timeout: float, max_body: int, drain_limit: int = 1 << 20,
-                 inline_prefixes: tuple[str, ...] = ()) -> type[BufferedThreadWorker]:
+                 loop_paths: tuple[str, ...] = ()) -> type[BufferedThreadWorker]:
     """A :class:`BufferedThreadWorker` subclass with these limits (gunicorn's ``worker_class``);
-    requests whose target starts with one of ``inline_prefixes`` are served on the event loop."""
+    requests whose target starts with one of ``loop_paths`` are served on the event loop."""
     return type("BufferedThreadWorker", (BufferedThreadWorker,),
                 {"request_timeout": float(request_timeout), "max_body": int(max_body),
                  "drain_limit": int(drain_limit), "__module__": __name__,
-                 "inline_prefixes": tuple(p.encode("ascii") for p in inline_prefixes)})
+                 "loop_paths": tuple(p.encode("ascii") for p in loop_paths)})

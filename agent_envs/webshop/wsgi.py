@@ -187,7 +187,7 @@ class ProductionOptions:
         return {
             "bind": [f"fd://{fd}"], "workers": 1, "threads": self.threads,
             "worker_class": worker_class(request_timeout=self.request_timeout, max_body=MAX_CONTENT_LENGTH,
-                                         inline_prefixes=self.loop_paths),
+                                         loop_paths=self.loop_paths),
             "preload_app": True, "max_requests": 0, "timeout": self.worker_timeout,
             "graceful_timeout": self.graceful_timeout, "keepalive": self.keepalive,
             "accesslog": "-" if self.access_log else None, "access_log_format": _ACCESS_FORMAT,
