@@ -85,7 +85,7 @@ import os
 import sys
 import threading
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -575,15 +575,73 @@ def _lru_store(table: LRUCache, key: Any, value: Any) -> None:
         table[key] = value
 
 
+class _FactTable:
+    """One game's propositions by number (kept with the game's :class:`_GameConstants`).
+
+    The transition memo keeps a state's facts as a tuple of these numbers: a tuple of ints is
+    an object the garbage collector stops tracking, where a list of some 180 propositions is
+    one that every full collection traverses reference by reference (for a memo of thousands
+    of transitions, most of a collection's work).  A game has a few thousand distinct facts,
+    so the table stays small; equal propositions share one entry.
+
+    Example:
+        >>> table = _FactTable()
+        >>> ids = table.encode(["at a", "at b"]); ids, table.encode(["at b"])
+        ((0, 1), (1,))
+        >>> table.decode(ids)
+        ['at a', 'at b']
+    """
+
+    def __init__(self) -> None:
+        self._facts: list[Any] = []
+        self._ids: dict[Any, int] = {}
+
+    def encode(self, facts: Sequence[Any]) -> tuple[int, ...]:
+        """The numbers of ``facts``, in order (new facts get the next numbers)."""
+        ids = list(map(self._ids.get, facts))
+        if None in ids:
+            with _cache_lock:
+                for i, fact in enumerate(facts):
+                    if ids[i] is None:
+                        ids[i] = self._ids.setdefault(fact, len(self._ids))
+                        if ids[i] == len(self._facts):
+                            self._facts.append(fact)
+        return tuple(ids)
+
+    def decode(self, ids: Sequence[int]) -> list[Any]:
+        """The facts of ``ids``, as a new list."""
+        return list(map(self._facts.__getitem__, ids))
+
+
+#: The game state's lists of texts, kept in the memo as tuples (which the collector stops tracking).
+_TEXT_LISTS = ("command_templates", "_valid_commands", "admissible_commands")
+
+
 @dataclass(frozen=True)
 class _Transition:
     """One memoised step: the game state ``PddlEnv.step`` produced (minus the operator
-    objects, which belong to the engine that made them), the operator applied (``None``:
-    nothing happened) and the digest of the next fact state."""
+    objects, which belong to the engine that made them, and the facts, kept as numbers of the
+    game's :class:`_FactTable`; lists of texts kept as tuples), the operator applied
+    (``None``: nothing happened) and the digest of the next fact state."""
 
     state: Mapping[str, Any]
+    facts: tuple[int, ...]
+    table: _FactTable
     op: int | None
     digest: str
+
+    @classmethod
+    def of(cls, state: Mapping[str, Any], table: _FactTable, op: int | None, digest: str) -> _Transition:
+        """The transition that produced ``state`` (as ``PddlEnv.step`` returned it)."""
+        kept = {k: tuple(v) if k in _TEXT_LISTS else v for k, v in state.items()
+                if k not in ("_valid_actions", "_entity_infos", "_facts")}
+        return cls(kept, table.encode(state["_facts"]), table, op, digest)
+
+    def game_state(self) -> dict[str, Any]:
+        """The game state as ``PddlEnv.step`` returned it (new lists; the operator objects left out)."""
+        state = {k: list(v) if k in _TEXT_LISTS else v for k, v in self.state.items()}
+        state["_facts"] = self.table.decode(self.facts)
+        return state
 
 
 class TransitionMemo:
@@ -788,7 +846,7 @@ class _MemoGrammar:
             if read is not None:
                 read[inputs] = facts
         if mapping_key is None:
-            mapping_key = frozenset(context.get("mapping", {}).items())
+            mapping_key = _mapping_key(context.get("mapping", {}))
         key = (self._game, start, _narrowed(reads, mapping_key, state, read), facts)
         text = _lru_lookup(_derived, key)
         if text is None:
@@ -818,10 +876,13 @@ def _narrowed(reads: tuple[_Reads, Any], mapping_key: frozenset[Any], state: Any
     (sub)type of such a placeholder *and* an argument of a fact of a queried predicate (the
     only candidates a query tries).  Everything else of the mapping is left out of the key.
     """
-    split = _narrow_cache.get((reads[0], mapping_key))
+    splits = _narrow_cache.get(reads[0])
+    if splits is None:
+        splits = {}
+        _bounded_put(_narrow_cache, reads[0], splits, _READS_SIZE)
+    split = splits.get(mapping_key)
     if split is None:
-        split = _split_mapping(reads, mapping_key)
-        _bounded_put(_narrow_cache, (reads[0], mapping_key), split, _READS_SIZE)
+        split = splits[mapping_key] = _split_mapping(reads, mapping_key)
     named, candidates = split
     if not candidates:
         return named
@@ -831,7 +892,8 @@ def _narrowed(reads: tuple[_Reads, Any], mapping_key: frozenset[Any], state: Any
         args = _fact_args_of(state, reads[0].predicates)
         if read is not None:
             read[key] = args
-    return named | frozenset(item for item in candidates if item[1] in args)
+    matched = [item for item in candidates if item[1] in args]
+    return named | frozenset(matched) if matched else named
 
 
 def _split_mapping(reads: tuple[_Reads, Any], mapping_key: frozenset[Any]) -> tuple[frozenset[Any], frozenset[Any]]:
@@ -839,13 +901,24 @@ def _split_mapping(reads: tuple[_Reads, Any], mapping_key: frozenset[Any]) -> tu
     placeholder its queries add); every unnamed item is a candidate when a type is unknown."""
     parts, logic = reads
     bound = {(ph.name, ph.type) for ph, _ in mapping_key}
-    named = frozenset(item for item in mapping_key if item[0].name in parts.names)
-    rest = mapping_key - named
+    named = frozenset(item for item in mapping_key if item[0].name in parts.names) or _EMPTY
+    rest = mapping_key - named or _EMPTY
     try:
         types = {t.name for n, ty in parts.placeholders if (n, ty) not in bound for t in logic.types.get(ty).subtypes}
     except Exception:  # noqa: BLE001 - a type the logic does not know: keep every variable
         return named, rest
-    return named, frozenset(item for item in rest if item[1].type in types)
+    return named, frozenset(item for item in rest if item[1].type in types) or _EMPTY
+
+
+def _mapping_key(mapping: Mapping[Any, Any]) -> frozenset[Any]:
+    """``frozenset(mapping.items())``, one object per distinct mapping (process-wide): the keys
+    of the derivation memo share it instead of each holding a copy the collector must traverse."""
+    items = tuple(mapping.items())
+    key = _mapping_keys.get(items)
+    if key is None:
+        key = frozenset(items) or _EMPTY
+        _bounded_put(_mapping_keys, items, key, _READS_SIZE)
+    return key
 
 
 def _fact_args_of(state: Any, predicates: frozenset[str]) -> frozenset[Any]:
@@ -856,7 +929,11 @@ def _fact_args_of(state: Any, predicates: frozenset[str]) -> frozenset[Any]:
 
 _READS_SIZE = 100_000
 _reads_cache: dict[tuple[str, str], Any] = {}
-_narrow_cache: dict[Any, frozenset[Any]] = {}
+#: what a derivation reads -> {mapping key -> its split (:func:`_split_mapping`)}
+_narrow_cache: dict[_Reads, dict[frozenset[Any], tuple[frozenset[Any], frozenset[Any]]]] = {}
+_mapping_keys: dict[tuple[Any, ...], frozenset[Any]] = {}
+#: The empty frozenset every cache shares (``frozenset()`` is a new, collector-tracked object each time).
+_EMPTY: frozenset[Any] = frozenset()
 
 
 _UNKNOWN = object()
@@ -866,7 +943,7 @@ def _fact_texts_of(state: Any, predicates: frozenset[str]) -> frozenset[str]:
     """The texts of ``state``'s facts of the given predicates (a derivation's fact inputs:
     texts compare as fast strings where propositions compare in Python)."""
     if not predicates:
-        return frozenset()  # most command templates read no facts at all
+        return _EMPTY  # most command templates read no facts at all
     return frozenset(_fact_text(f) for sig, group in state._facts.items() if sig.name in predicates for f in group)
 
 
@@ -943,15 +1020,26 @@ class _ActionSpec:
     feedback_rule: str
 
 
-def _action_spec(pddl: Any, logic: Any, operator_name: str) -> _ActionSpec:
+def _action_spec(pddl: Any, logic: Any, operator_name: str,
+                 terms: dict[tuple[str, str, str], tuple[Any, Any]]) -> _ActionSpec:
     """The action of an operator name (``"go agent1 loc1 loc2"``), as textworld's
     ``all_applicable_actions`` builds it: the PDDL action's parameters bound to the
-    operator's arguments, the logic's command template and feedback rule."""
+    operator's arguments, the logic's command template and feedback rule.
+
+    ``terms`` holds the game's (placeholder, variable) pairs by value: every spec of a game
+    shares them (they are only read), which keeps the long-lived objects the garbage collector
+    traverses in proportion to a game's entities instead of its grounded operators."""
     from textworld.logic import Placeholder, Variable
 
+    def pair(placeholder: str, variable: str, type_name: str) -> tuple[Any, Any]:
+        key = (placeholder, variable, type_name)
+        found = terms.get(key)
+        if found is None:
+            found = terms[key] = (Placeholder(placeholder, type_name), Variable(variable, type_name))
+        return found
+
     name, *arguments = operator_name.split()
-    mapping = tuple((Placeholder(p.name.strip("?"), p.type_name), Variable(arg, p.type_name))
-                    for p, arg in zip(pddl._actions[name].parameters, arguments))
+    mapping = tuple(pair(p.name.strip("?"), arg, p.type_name) for p, arg in zip(pddl._actions[name].parameters, arguments))
     rule = logic.actions[name]
     return _ActionSpec(name=name, mapping=mapping, mapping_key=frozenset(mapping),
                        variables=tuple((ph.name, var.name) for ph, var in mapping),
@@ -968,6 +1056,10 @@ class _GameConstants:
     #: operator id -> its name and spec (ids index the game's grounded operators, the same in
     #: every engine of the game: reading a name from the library decodes it every time)
     operators: dict[int, tuple[str, _ActionSpec]] = field(default_factory=dict)
+    #: the game's propositions by number (the transition memo's facts)
+    facts: _FactTable = field(default_factory=_FactTable)
+    #: (placeholder, variable, type) -> the pair every spec of the game shares (:func:`_action_spec`)
+    terms: dict[tuple[str, str, str], tuple[Any, Any]] = field(default_factory=dict)
 
 
 class _Restoring:
@@ -1085,14 +1177,13 @@ class _Restoring:
             state, _score, _done = super().step(command)
             op = None if self._last_action is None else int(self._last_action.id)
             digest = self._digest if op is None else facts_digest(state["_facts"])
-            kept = {k: v for k, v in state.items() if k not in ("_valid_actions", "_entity_infos")}
-            hit = _Transition(kept, op, digest)
+            hit = _Transition.of(state, self._game_constants().facts, op, digest)
             _transitions.put(key, hit)
             self._real_path = self._path + ((op,) if op is not None else ())
         else:
             _transitions.hits += 1
             self.prev_state = self.state
-            self.state = GameState(hit.state)
+            self.state = GameState(hit.game_state())
             self.state["_entity_infos"] = dict(self._entity_infos)
         if hit.op is not None:
             self._path += (hit.op,)
@@ -1203,7 +1294,7 @@ class _Restoring:
                 key = operator.name
                 spec = specs.get(key)
                 if spec is None:
-                    spec = specs[key] = _action_spec(pddl, self._logic, key)
+                    spec = specs[key] = _action_spec(pddl, self._logic, key, game.terms)
                 known = by_id[op_id] = (key, spec)
             key, spec = known
             if key in seen:

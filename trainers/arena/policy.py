@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["POLICIES", "BatchEval", "DecisionFeatures", "Featurizer", "LinearSoftmaxPolicy", "action_noise",
-           "add_observation_features", "make_featurizer", "segment_softmax"]
+           "add_observation_features", "after_argument", "make_featurizer", "segment_softmax"]
 
 _TOKEN = re.compile(r"[a-z]+|\d+")
 #: Words that carry no information about which action fits the goal.
@@ -93,6 +93,26 @@ _RECEPTACLE_VERBS = frozenset({"go", "open", "close"})
 #: Verbs whose first entity is an object and second (if any) a receptacle.
 _OBJECT_VERBS = frozenset({"take", "put", "move", "clean", "heat", "cool", "slice"})
 _ENTITY = re.compile(r"([a-z][a-z ]*?)\s+\d+")
+
+
+def after_argument(arg_text: str, observation_lower: str) -> str | None:
+    """The observation text (400 characters) after the first mention of an action's argument
+    (``None``: no argument, or the observation does not mention it): all that an action's
+    context features read of the observation.
+
+    Example:
+        >>> after_argument("apple 1", "you see a apple 1 and a mug 2.")
+        ' and a mug 2.'
+        >>> after_argument("fridge 1", "you see a apple 1.") is None
+        True
+    """
+    if not arg_text:
+        return None
+    pos = observation_lower.find(arg_text)
+    if pos < 0:
+        return None
+    start = pos + len(arg_text)
+    return observation_lower[start : start + 400]
 
 
 def _memo(cache: dict[Any, Any], key: Any, limit: int, compute: Any) -> Any:
@@ -263,9 +283,9 @@ class Featurizer:
         self.context_words = int(context_words)
         self.roles = bool(roles)
         self._cache: dict[str, int] = {}
-        self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], tuple[list[int], list[float]]] = {}
-        self._head_cache: dict[tuple[Any, str], tuple[list[int], list[float]]] = {}
-        self._tail_cache: dict[tuple[Any, ...], tuple[list[int], list[float]]] = {}
+        self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._head_cache: dict[tuple[Any, str], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._tail_cache: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
@@ -307,12 +327,12 @@ class Featurizer:
         scale = 1.0 / np.sqrt(len(goal_words) * len(words))
         return {f"x|{g}|{w}": scale for g in sorted(goal_words) for w in words}
 
-    def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> tuple[list[int], list[float]]:
+    def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """:meth:`_cross_features` hashed, memoised per (goal words, action words): siblings,
         updates and seeds score the same actions against the same goals again and again."""
-        def compute() -> tuple[list[int], list[float]]:
+        def compute() -> tuple[tuple[int, ...], tuple[float, ...]]:
             feats = self._cross_features(goal_words, words)
-            return [self.index(k) for k in feats], list(feats.values())
+            return tuple(self.index(k) for k in feats), tuple(feats.values())
 
         return _memo(self._cross_cache, (goal_words, words), 200_000, compute)
 
@@ -345,11 +365,9 @@ class Featurizer:
             feats[f"gv|{g}|{verb}|{h}"] = 1.0
         # Context: the argument plus the observation words that follow it.
         ctx_words = set(args)
-        if arg_text and self.context_words > 0:
-            pos = observation_lower.find(arg_text)
-            if pos >= 0:
-                after = observation_lower[pos + len(arg_text) : pos + len(arg_text) + 400]
-                ctx_words.update(_content(_tokens(after)[: self.context_words]))
+        after = after_argument(arg_text, observation_lower) if self.context_words > 0 else None
+        if after is not None:
+            ctx_words.update(_content(_tokens(after)[: self.context_words]))
         if goal_words:
             feats[f"ctx|{verb}"] = len(goal_words & ctx_words) / len(goal_words)
         return feats, words
@@ -374,10 +392,10 @@ class Featurizer:
     def _hashed_head(
         self, action: str, context: tuple[Any, ...], *, goal_words: frozenset[str], task_type: str,
         signature: str, channels: Sequence[str], observation_lower: str, graded: Sequence[str],
-    ) -> tuple[list[int], list[float]]:
+    ) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The head features and crosses of ``action``, hashed; memoised per (decision
         context, action), since siblings and updates revisit the same pages."""
-        def compute() -> tuple[list[int], list[float]]:
+        def compute() -> tuple[tuple[int, ...], tuple[float, ...]]:
             head, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
                                           channels=channels, observation_lower=observation_lower, graded=graded)
             idx: list[int] = []
@@ -387,13 +405,13 @@ class Featurizer:
                 c_idx, c_val = self._hashed_crosses(goal_words, words)
                 idx += c_idx
                 val += c_val
-            return idx, val
+            return tuple(idx), tuple(val)
 
         return _memo(self._head_cache, (context, action), 100_000, compute)
 
     def _hashed_tail(
         self, action: str, *, history: Sequence[str], roles: Mapping[str, Any] | None, signature: str
-    ) -> tuple[list[int], list[float]]:
+    ) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """:meth:`_tail_part` hashed, memoised by everything it reads: the action, the
         signature, the roles (of ``visited``, only whether it holds the action's receptacle)
         and the three repeat flags."""
@@ -405,11 +423,11 @@ class Featurizer:
         flags = (action in history, history[-1] == action, len(history) >= 2 and history[-2] == action) \
             if history else (False, False, False)
 
-        def compute() -> tuple[list[int], list[float]]:
+        def compute() -> tuple[tuple[int, ...], tuple[float, ...]]:
             idx: list[int] = []
             val: list[float] = []
             self._emit(self._tail_part(action, history=history, roles=roles, signature=signature), idx, val)
-            return idx, val
+            return tuple(idx), tuple(val)
 
         return _memo(self._tail_cache, (action, signature, role_key, flags), 200_000, compute)
 

@@ -54,6 +54,7 @@ from trainers.arena.policy import (
     _tokens,
     _verb,
     add_observation_features,
+    after_argument,
 )
 
 __all__ = ["HISTORY_LENGTH", "TextFeaturizer"]
@@ -101,8 +102,8 @@ class TextFeaturizer:
             raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
         self._hash = Featurizer(dim, crosses=crosses, context_words=context_words, roles=False)
         self.dim, self.history_length = self._hash.dim, history_length
-        self._head_cache: dict[tuple[str, str, str], tuple[list[int], list[float]]] = {}
-        self._tail_cache: dict[tuple[Any, ...], tuple[list[int], list[float]]] = {}
+        self._head_cache: dict[tuple[str, str, str | None], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._tail_cache: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
         self._decisions: LRUCache = LRUCache(maxsize=_DECISIONS)
 
     def turn_decision(self, turn: Any, *, goal: str, actions: Sequence[str], task: Mapping[str, Any] | None = None,
@@ -143,12 +144,15 @@ class TextFeaturizer:
         visited = frozenset(_entities(a)[1] for a in recent if _verb(a) == "go")
         state = (goal, hand, _outcome(observation))
         last, back = (recent[-1] if recent else ""), (recent[-2] if len(recent) >= 2 else "")
+        context = self._hash.context_words > 0
         idx: list[int] = []
         val: list[float] = []
         own: list[int] = []
         for k, action in enumerate(actions):
             n0 = len(idx)
-            h_idx, h_val = _memo(self._head_cache, (goal, obs, action), 100_000,
+            # keyed by what the head reads of the observation: the text after the action's argument
+            after = after_argument(_parse_action(action)[3], obs) if context else None
+            h_idx, h_val = _memo(self._head_cache, (goal, action, after), 100_000,
                                  lambda action=action: self._head(action, goal_words, obs))
             rec = _entities(action)[1]
             # keyed by what the tail reads: whether the action repeats the last two, not their text
@@ -164,7 +168,7 @@ class TextFeaturizer:
         return DecisionFeatures(actions=tuple(actions), indices=np.asarray(idx, dtype=np.int64),
                                 values=np.asarray(val, dtype=np.float64), owner=np.asarray(own, dtype=np.int64))
 
-    def _head(self, action: str, goal_words: frozenset[str], obs: str) -> tuple[list[int], list[float]]:
+    def _head(self, action: str, goal_words: frozenset[str], obs: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """Verb, goal-overlap and context features and the crosses, hashed."""
         feats, words = self._hash._head_part(action, goal_words=goal_words, task_type="-", signature="-",
                                              channels=(), observation_lower=obs, graded=())
@@ -176,10 +180,10 @@ class TextFeaturizer:
             c_idx, c_val = self._hash._hashed_crosses(goal_words, words)
             idx += c_idx
             val += c_val
-        return idx, val
+        return tuple(idx), tuple(val)
 
     def _tail(self, action: str, state: tuple[str, str, str], visited: bool,
-              repeats: tuple[bool, bool]) -> tuple[list[int], list[float]]:
+              repeats: tuple[bool, bool]) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """Text roles, where goal things lie, recent visits and repeats (whether the action is the
         last / the one before), what just happened; hashed."""
         goal, hand, outcome = state
@@ -204,7 +208,7 @@ class TextFeaturizer:
         idx: list[int] = []
         val: list[float] = []
         self._hash._emit(feats, idx, val)
-        return idx, val
+        return tuple(idx), tuple(val)
 
 
 def _frozen(decision: DecisionFeatures) -> DecisionFeatures:
