@@ -30,6 +30,7 @@ Usage::
     python bench/arena_alfworld_run.py                 # all five (about 6 min on 2 idle cores)
     python bench/arena_alfworld_run.py all text        # the text-only policy's cost beside the rubric policy's
     python bench/arena_alfworld_run.py all text --baseline ../wt-old   # ... and both at another commit
+    python bench/arena_alfworld_run.py all text --baseline ../wt-old --rounds 3   # medians of 3 interleaved rounds
     python bench/arena_alfworld_run.py all no-transition-memo
 """
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("configs", nargs="*", help=f"configurations (default: all of {', '.join(CONFIGS)})")
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout to measure beside this one")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="measure every configuration this many times, interleaved, and print medians "
+                         "(a shared VM's speed drifts by tens of percent within minutes)")
     args = ap.parse_args()
     names = args.configs or list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
@@ -99,17 +104,30 @@ def main() -> None:
         raise SystemExit(f"--baseline {args.baseline}: not a rubricgym checkout")
     here = Path(__file__).resolve().parents[1]
     trees = [("", here)] + ([(f" @{_commit(args.baseline)}", args.baseline.resolve())] if args.baseline else [])
-    rows = {}
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be >= 1")
+    runs: dict[str, list[list]] = {}
+    skip: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            for tag, tree in trees:
-                try:
-                    rows[name + tag] = _measure(name, tree, os.path.join(tmp, f"{name}{tag.replace(' @', '-')}"))
-                except subprocess.CalledProcessError as exc:
-                    if not tag:
-                        raise
-                    why = (exc.stderr or "").strip().splitlines()[-1:] or ["failed"]
-                    print(f"{name}{tag}: not measured, that checkout cannot run it ({why[0][:120]})")
+        for r in range(args.rounds):
+            for name in names:
+                for tag, tree in trees:
+                    if name + tag in skip:
+                        continue
+                    out = os.path.join(tmp, f"{name}{tag.replace(' @', '-')}-{r}")
+                    try:
+                        measured = _measure(name, tree, out)
+                    except subprocess.CalledProcessError as exc:
+                        if not tag:
+                            raise
+                        skip.add(name + tag)
+                        why = (exc.stderr or "").strip().splitlines()[-1:] or ["failed"]
+                        print(f"{name}{tag}: not measured, that checkout cannot run it ({why[0][:120]})")
+                        continue
+                    runs.setdefault(name + tag, []).append(measured)
+                    print(f"round {r + 1}: {name}{tag} {measured[0]['cpu']:.1f} / {measured[1]['cpu']:.1f} CPU-s",
+                          flush=True)
+    rows = {name: _median_row(measured) for name, measured in runs.items()}
     base = rows.get("all")
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
           f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
@@ -118,8 +136,22 @@ def main() -> None:
                  else f"{'':>8} {'':>7}")
         print(f"{name:<22} {fresh['cpu']:11.1f} {warm['cpu']:10.1f} {100 * fresh['L5']:6.1f} "
               f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
-    print(f"commit {_commit(here)}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
-          f"load while measuring: {os.getloadavg()[0]:.1f}")
+    print(f"commit {_commit(here)}{_dirty(here)}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
+          f"{args.rounds} round(s), medians; load while measuring: {os.getloadavg()[0]:.1f}")
+
+
+def _median_row(measured: list[list]) -> list:
+    """One configuration's rounds as one row: the median CPU seconds of its fresh and warm runs
+    (their L5 and the memo's counters are the same in every round; those of the first)."""
+    fresh, warm, memo = measured[0]
+    return [dict(fresh, cpu=statistics.median(m[0]["cpu"] for m in measured)),
+            dict(warm, cpu=statistics.median(m[1]["cpu"] for m in measured)), memo]
+
+
+def _dirty(tree: Path) -> str:
+    done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree, capture_output=True,
+                          text=True, check=False)
+    return " + uncommitted changes" if done.stdout.strip() else ""
 
 
 if __name__ == "__main__":
