@@ -1018,6 +1018,8 @@ class _ActionSpec:
     variables: tuple[tuple[str, str], ...]  # (placeholder name, entity id) for the context
     command_template: str
     feedback_rule: str
+    #: ``dict(mapping)``, for derivation contexts only (never handed out: an action gets its own)
+    mapping_dict: dict[Any, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 def _action_spec(pddl: Any, logic: Any, operator_name: str,
@@ -1043,7 +1045,50 @@ def _action_spec(pddl: Any, logic: Any, operator_name: str,
     rule = logic.actions[name]
     return _ActionSpec(name=name, mapping=mapping, mapping_key=frozenset(mapping),
                        variables=tuple((ph.name, var.name) for ph, var in mapping),
-                       command_template=rule.template, feedback_rule=rule.feedback_rule)
+                       command_template=rule.template, feedback_rule=rule.feedback_rule, mapping_dict=dict(mapping))
+
+
+class _Actions(Sequence):
+    """A state's applicable actions as ``PddlState.all_applicable_actions()`` lists them, each
+    built when first read.
+
+    ``PddlEnv.step`` reads one action of the list, the one its command names; building the
+    textworld ``Action`` of every applicable operator (25-40 per ALFWorld state) for every
+    state the engine computes was a tenth of a step's work.  An action read twice is the same
+    object.
+
+    Args:
+        applicable: (operator id, spec) of each action, in the engine's order.
+        templates: Each action's command template (the spec's when ``None``).
+    """
+
+    def __init__(self, applicable: Sequence[tuple[int, _ActionSpec]], templates: Sequence[str] | None = None) -> None:
+        self._applicable = applicable
+        self._templates = templates
+        self._built: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self._applicable)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        index = range(len(self))[index]  # IndexError, negative indices
+        action = self._built.get(index)
+        if action is None:
+            action = self._built[index] = self._build(index)
+        return action
+
+    def _build(self, index: int) -> Any:
+        import textworld.logic
+
+        op_id, spec = self._applicable[index]
+        action = textworld.logic.Action(name=spec.name, preconditions=[], postconditions=[])
+        action.id = op_id
+        action.mapping = dict(spec.mapping)
+        action.command_template = spec.command_template if self._templates is None else self._templates[index]
+        action.feedback_rule = spec.feedback_rule
+        return action
 
 
 @dataclass
@@ -1239,15 +1284,17 @@ class _Restoring:
         s["last_action"] = None
         s["_last_action"] = self._last_action
         applicable = self._applicable()
-        s["_valid_actions"] = [action for action, _ in applicable]
         grammar, infos, read = self._logic.grammar, self._entity_infos, {}
         commands = s["_valid_commands"] = []
-        for action, spec in applicable:
+        templates = []
+        for _, spec in applicable:
+            # the grammar copies the context's mapping before a query extends it: one per spec serves
             context = {"state": pddl, "facts": facts, "variables": {ph: infos[var] for ph, var in spec.variables},
-                       "mapping": action.mapping, "entity_infos": infos}
-            action.command_template = grammar.derive(action.command_template, context, mapping_key=spec.mapping_key,
-                                                     read=read)
-            commands.append(action.command_template.format(**game.names))
+                       "mapping": spec.mapping_dict, "entity_infos": infos}
+            template = grammar.derive(spec.command_template, context, mapping_key=spec.mapping_key, read=read)
+            templates.append(template)
+            commands.append(template.format(**game.names))
+        s["_valid_actions"] = _Actions(applicable, templates)
         s["admissible_commands"] = sorted(set(commands))
         if self.request_infos.moves:
             s["moves"] = self._moves
@@ -1270,15 +1317,14 @@ class _Restoring:
             self.__dict__["_constants"] = game
         return game
 
-    def _applicable_actions(self) -> list[Any]:
+    def _applicable_actions(self) -> _Actions:
         """``PddlState.all_applicable_actions()`` of the current state: the same actions in
-        the same order, each operator name's mapping built once per game."""
-        return [action for action, _ in self._applicable()]
+        the same order (built when read), each operator name's mapping built once per game."""
+        return _Actions(self._applicable())
 
-    def _applicable(self) -> list[tuple[Any, _ActionSpec]]:
-        """The applicable actions (as :meth:`_applicable_actions`), each with its spec."""
+    def _applicable(self) -> list[tuple[int, _ActionSpec]]:
+        """The operator id and spec of every applicable action (as :meth:`_applicable_actions`)."""
         import fast_downward
-        import textworld.logic
 
         game = self._game_constants()
         pddl, specs, by_id = self._pddl_state, game.actions, game.operators
@@ -1287,7 +1333,7 @@ class _Restoring:
         lib.get_applicable_operators(operators)
         ids = [op.id for op in operators]
         pddl._operators = dict(zip(ids, operators))
-        actions, seen = [], set()
+        applicable, seen = [], set()
         for op_id, operator in zip(ids, operators):
             known = by_id.get(op_id)
             if known is None:
@@ -1297,16 +1343,10 @@ class _Restoring:
                     spec = specs[key] = _action_spec(pddl, self._logic, key, game.terms)
                 known = by_id[op_id] = (key, spec)
             key, spec = known
-            if key in seen:
-                continue
-            seen.add(key)
-            action = textworld.logic.Action(name=spec.name, preconditions=[], postconditions=[])
-            action.id = op_id
-            action.mapping = dict(spec.mapping)
-            action.command_template = spec.command_template
-            action.feedback_rule = spec.feedback_rule
-            actions.append((action, spec))
-        return actions
+            if key not in seen:
+                seen.add(key)
+                applicable.append((op_id, spec))
+        return applicable
 
     def _initial_texts_key(self) -> str:
         """Key of the initial texts, shared by every engine of the process playing this game
@@ -1358,13 +1398,21 @@ class _Restoring:
             s["facts"] = list(map(self._get_human_readable_fact, s["_facts"]))
         s["last_action"] = None
         s["_last_action"] = self._last_action
-        actions = self._applicable_actions() if self.use_memo else list(self._pddl_state.all_applicable_actions())
-        if tuple(a.id for a in actions) != initial.action_ids:  # pragma: no cover - defensive
+        if self.use_memo:
+            applicable = self._applicable()
+            ids = tuple(op_id for op_id, _ in applicable)
+        else:
+            actions = list(self._pddl_state.all_applicable_actions())
+            ids = tuple(a.id for a in actions)
+        if ids != initial.action_ids:  # pragma: no cover - defensive
             logger.warning("initial operators changed between resets; deriving texts again")
             self._gather_infos()
             return
-        for action, template in zip(actions, initial.action_templates):
-            action.command_template = template
+        if self.use_memo:
+            actions = _Actions(applicable, initial.action_templates)
+        else:
+            for action, template in zip(actions, initial.action_templates):
+                action.command_template = template
         s["_valid_actions"] = actions
         s["_valid_commands"] = list(initial.valid_commands)
         s["admissible_commands"] = list(initial.admissible_commands)
