@@ -7,7 +7,8 @@ training games, 24 validation games every 4 updates, horizon 30, warm start on 3
 games), then seed 1 in the same process (the steady state of a comparison's worker, whose
 caches are warm).  Printed per configuration: CPU seconds of both runs, their L5 (identical
 across configurations: the aids change time only) and the ratio to the configuration with
-every aid.
+every aid; with ``--rounds N`` the medians over rounds of the seconds and of the ratios, each
+ratio taken within its round.
 
 Configurations:
 
@@ -132,7 +133,7 @@ def main() -> None:
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
           f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
     for name, (fresh, warm, memo) in rows.items():
-        ratio = (f"{fresh['cpu'] / base[0]['cpu']:8.2f} {warm['cpu'] / base[1]['cpu']:7.2f}" if base
+        ratio = (f"{_ratio(runs[name], runs['all'], 0):8.2f} {_ratio(runs[name], runs['all'], 1):7.2f}" if base
                  else f"{'':>8} {'':>7}")
         print(f"{name:<22} {fresh['cpu']:11.1f} {warm['cpu']:10.1f} {100 * fresh['L5']:6.1f} "
               f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
@@ -146,6 +147,12 @@ def _median_row(measured: list[list]) -> list:
     fresh, warm, memo = measured[0]
     return [dict(fresh, cpu=statistics.median(m[0]["cpu"] for m in measured)),
             dict(warm, cpu=statistics.median(m[1]["cpu"] for m in measured)), memo]
+
+
+def _ratio(runs: list[list], base: list[list], which: int) -> float:
+    """The median over rounds of a configuration's CPU seconds over ``all``'s in the same round
+    (0: the fresh run, 1: the warm one): the VM's drift between rounds cancels."""
+    return statistics.median(r[which]["cpu"] / b[which]["cpu"] for r, b in zip(runs, base))
 
 
 def _dirty(tree: Path) -> str:
