@@ -269,3 +269,29 @@ def test_derivations_are_keyed_by_the_mapping_they_can_read() -> None:
         assert infos[inside[0].name].name in texts[0] and infos[inside[0].name].name not in texts[2]
     finally:
         env.close()
+
+
+def test_a_states_actions_are_built_when_read() -> None:
+    """``PddlEnv.step`` reads one action of the previous state's list, the one its command
+    names: that one is built (with the state's derived command template), the others are not;
+    an action read again is the same object, and slices and negative indices read as a list's."""
+    env = gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=5)
+    try:
+        env.reset(seed=0, options={"task": 3})  # a game's first reset derives (and reads) every action
+        env.reset(seed=0, options={"task": 3})
+        inner = _inner_engine(env)
+        before = inner.state
+        actions = before["_valid_actions"]
+        assert isinstance(actions, engine._Actions) and not actions._built
+        command = next(c for c in before["_valid_commands"] if c.startswith("go to"))
+        env.step(command)
+        k = before["_valid_commands"].index(command)
+        assert sorted(actions._built) == [k]
+        chosen = actions[k]
+        assert chosen is actions[k] is actions[k - len(actions)] and inner._last_action is chosen
+        assert chosen.command_template.format(**inner._game_constants().names) == command
+        assert [a.id for a in actions[:2]] == [actions[0].id, actions[1].id]
+        with pytest.raises(IndexError):
+            actions[len(actions)]
+    finally:
+        env.close()
