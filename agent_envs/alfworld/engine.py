@@ -600,12 +600,15 @@ class _FactTable:
         """The numbers of ``facts``, in order (new facts get the next numbers)."""
         ids = list(map(self._ids.get, facts))
         if None in ids:
-            with _cache_lock:
+            with _cache_lock:  # one writer; a fact is in the list before a reader can find its number
                 for i, fact in enumerate(facts):
                     if ids[i] is None:
-                        ids[i] = self._ids.setdefault(fact, len(self._ids))
-                        if ids[i] == len(self._facts):
+                        number = self._ids.get(fact)
+                        if number is None:
+                            number = len(self._facts)
                             self._facts.append(fact)
+                            self._ids[fact] = number
+                        ids[i] = number
         return tuple(ids)
 
     def decode(self, ids: Sequence[int]) -> list[Any]:
