@@ -885,7 +885,8 @@ def _narrowed(reads: tuple[_Reads, Any], mapping_key: frozenset[Any], state: Any
         _bounded_put(_narrow_cache, reads[0], splits, _READS_SIZE)
     split = splits.get(mapping_key)
     if split is None:
-        split = splits[mapping_key] = _split_mapping(reads, mapping_key)
+        split = _split_mapping(reads, mapping_key)
+        _bounded_put(splits, mapping_key, split, _READS_SIZE)
     named, candidates = split
     if not candidates:
         return named
