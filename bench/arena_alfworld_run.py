@@ -8,7 +8,9 @@ games), then seed 1 in the same process (the steady state of a comparison's work
 caches are warm).  Printed per configuration: CPU seconds of both runs, their L5 (identical
 across configurations: the aids change time only) and the ratio to the configuration with
 every aid; with ``--rounds N`` the medians over rounds of the seconds and of the ratios, each
-ratio taken within its round.
+ratio taken within its round.  ``--concurrent`` runs each configuration of this checkout at the
+same time as the baseline's ``all``, one process per core, and takes each ratio within that
+pair (a shared VM's speed drifts between minutes; two processes at once see the same drift).
 
 Configurations:
 
@@ -32,6 +34,7 @@ Usage::
     python bench/arena_alfworld_run.py all text        # the text-only policy's cost beside the rubric policy's
     python bench/arena_alfworld_run.py all text --baseline ../wt-old   # ... and both at another commit
     python bench/arena_alfworld_run.py all text --baseline ../wt-old --rounds 3   # medians of 3 interleaved rounds
+    python bench/arena_alfworld_run.py all text --baseline ../wt-old --rounds 3 --concurrent   # each beside the old `all`
     python bench/arena_alfworld_run.py all no-transition-memo
 """
 
@@ -96,6 +99,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1,
                     help="measure every configuration this many times, interleaved, and print medians "
                          "(a shared VM's speed drifts by tens of percent within minutes)")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="with --baseline: run each configuration of this checkout at the same time as the "
+                         "baseline's `all` (one process per core), so that both see the same VM speed")
     args = ap.parse_args()
     names = args.configs or list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
@@ -107,6 +113,11 @@ def main() -> None:
     trees = [("", here)] + ([(f" @{_commit(args.baseline)}", args.baseline.resolve())] if args.baseline else [])
     if args.rounds < 1:
         raise SystemExit("--rounds must be >= 1")
+    if args.concurrent:
+        if args.baseline is None:
+            raise SystemExit("--concurrent needs --baseline")
+        _concurrent(names, here, args.baseline.resolve(), args.rounds)
+        return
     runs: dict[str, list[list]] = {}
     skip: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,6 +150,32 @@ def main() -> None:
               f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
     print(f"commit {_commit(here)}{_dirty(here)}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
           f"{args.rounds} round(s), medians; load while measuring: {os.getloadavg()[0]:.1f}")
+
+
+def _concurrent(names: list[str], here: Path, baseline: Path, rounds: int) -> None:
+    """Each configuration of ``here`` run at the same time as ``baseline``'s ``all``, ``rounds``
+    times; printed: the medians of both, and of their ratio within each pair."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pairs: dict[str, list[tuple[list, list]]] = {}
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        for r in range(rounds):
+            for name in names:
+                ours = pool.submit(_measure, name, here, os.path.join(tmp, f"{name}-{r}"))
+                theirs = pool.submit(_measure, "all", baseline, os.path.join(tmp, f"base-{name}-{r}"))
+                pair = (ours.result(), theirs.result())
+                pairs.setdefault(name, []).append(pair)
+                print(f"round {r + 1}: {name} {pair[0][0]['cpu']:.1f} / {pair[0][1]['cpu']:.1f} CPU-s beside "
+                      f"all @{_commit(baseline)} {pair[1][0]['cpu']:.1f} / {pair[1][1]['cpu']:.1f}", flush=True)
+    print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'base fresh':>10} {'base warm':>9} "
+          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
+    for name, runs in pairs.items():
+        med = [statistics.median(p[k][w]["cpu"] for p in runs) for k in (0, 1) for w in (0, 1)]
+        ratio = [statistics.median(p[0][w]["cpu"] / p[1][w]["cpu"] for p in runs) for w in (0, 1)]
+        print(f"{name:<22} {med[0]:11.1f} {med[1]:10.1f} {med[2]:10.1f} {med[3]:9.1f} {ratio[0]:8.2f} {ratio[1]:7.2f} "
+              f"{runs[0][0][2]['transition_hit_rate']:13.2f}")
+    print(f"commit {_commit(here)}{_dirty(here)} beside all @{_commit(baseline)}, run at the same time; "
+          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {rounds} round(s), medians")
 
 
 def _median_row(measured: list[list]) -> list:
