@@ -49,6 +49,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import provenance  # bench/provenance.py (this folder is on sys.path)
+
 SCRIPT = r"""
 import json, sys, time
 try:
@@ -74,12 +76,6 @@ print(json.dumps(res))
 """
 
 CONFIGS = ("all", "no-transition-memo", "no-disk-translations", "sequential", "text")
-
-
-def _commit(tree: Path) -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True, text=True,
-                          check=False)
-    return done.stdout.strip() or "?"
 
 
 def _measure(name: str, tree: Path, out: str) -> list:
@@ -109,19 +105,38 @@ def main() -> None:
         raise SystemExit(f"unknown configuration(s) {unknown}; choose from {', '.join(CONFIGS)}")
     if args.baseline is not None and not (args.baseline / "trainers" / "arena").is_dir():
         raise SystemExit(f"--baseline {args.baseline}: not a rubricgym checkout")
-    here = Path(__file__).resolve().parents[1]
-    trees = [("", here)] + ([(f" @{_commit(args.baseline)}", args.baseline.resolve())] if args.baseline else [])
     if args.rounds < 1:
         raise SystemExit("--rounds must be >= 1")
+    here = Path(__file__).resolve().parents[1]
     if args.concurrent:
         if args.baseline is None:
             raise SystemExit("--concurrent needs --baseline")
         _concurrent(names, here, args.baseline.resolve(), args.rounds)
         return
+    old = args.baseline
+    trees = [("", here)] + ([(f" @{provenance.commit(old)}", old.resolve())] if old else [])
+    runs = _interleaved(names, trees, args.rounds)
+    rows = {name: _median_row(measured) for name, measured in runs.items()}
+    base = rows.get("all")
+    print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
+          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
+    for name, (fresh, warm, memo) in rows.items():
+        ratio = (f"{_ratio(runs[name], runs['all'], 0):8.2f} {_ratio(runs[name], runs['all'], 1):7.2f}" if base
+                 else f"{'':>8} {'':>7}")
+        print(f"{name:<22} {fresh['cpu']:11.1f} {warm['cpu']:10.1f} {100 * fresh['L5']:6.1f} "
+              f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
+    print(f"commit {provenance.commit(here)}{provenance.dirty(here)}; python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs; "
+          f"{args.rounds} round(s), medians; load while measuring: {os.getloadavg()[0]:.1f}")
+
+
+def _interleaved(names: list[str], trees: list[tuple[str, Path]], rounds: int) -> dict[str, list[list]]:
+    """Every configuration on every checkout, ``rounds`` times in turn: the runs by
+    ``name + tag``.  A configuration another checkout cannot run is reported and skipped."""
     runs: dict[str, list[list]] = {}
     skip: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
+        for r in range(rounds):
             for name in names:
                 for tag, tree in trees:
                     if name + tag in skip:
@@ -139,17 +154,7 @@ def main() -> None:
                     runs.setdefault(name + tag, []).append(measured)
                     print(f"round {r + 1}: {name}{tag} {measured[0]['cpu']:.1f} / {measured[1]['cpu']:.1f} CPU-s",
                           flush=True)
-    rows = {name: _median_row(measured) for name, measured in runs.items()}
-    base = rows.get("all")
-    print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
-          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
-    for name, (fresh, warm, memo) in rows.items():
-        ratio = (f"{_ratio(runs[name], runs['all'], 0):8.2f} {_ratio(runs[name], runs['all'], 1):7.2f}" if base
-                 else f"{'':>8} {'':>7}")
-        print(f"{name:<22} {fresh['cpu']:11.1f} {warm['cpu']:10.1f} {100 * fresh['L5']:6.1f} "
-              f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
-    print(f"commit {_commit(here)}{_dirty(here)}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
-          f"{args.rounds} round(s), medians; load while measuring: {os.getloadavg()[0]:.1f}")
+    return runs
 
 
 def _concurrent(names: list[str], here: Path, baseline: Path, rounds: int) -> None:
@@ -158,6 +163,7 @@ def _concurrent(names: list[str], here: Path, baseline: Path, rounds: int) -> No
     from concurrent.futures import ThreadPoolExecutor
 
     pairs: dict[str, list[tuple[list, list]]] = {}
+    base = provenance.commit(baseline)
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
         for r in range(rounds):
             for name in names:
@@ -166,7 +172,7 @@ def _concurrent(names: list[str], here: Path, baseline: Path, rounds: int) -> No
                 pair = (ours.result(), theirs.result())
                 pairs.setdefault(name, []).append(pair)
                 print(f"round {r + 1}: {name} {pair[0][0]['cpu']:.1f} / {pair[0][1]['cpu']:.1f} CPU-s beside "
-                      f"all @{_commit(baseline)} {pair[1][0]['cpu']:.1f} / {pair[1][1]['cpu']:.1f}", flush=True)
+                      f"all @{base} {pair[1][0]['cpu']:.1f} / {pair[1][1]['cpu']:.1f}", flush=True)
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'base fresh':>10} {'base warm':>9} "
           f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
     for name, runs in pairs.items():
@@ -174,7 +180,7 @@ def _concurrent(names: list[str], here: Path, baseline: Path, rounds: int) -> No
         ratio = [statistics.median(p[0][w]["cpu"] / p[1][w]["cpu"] for p in runs) for w in (0, 1)]
         print(f"{name:<22} {med[0]:11.1f} {med[1]:10.1f} {med[2]:10.1f} {med[3]:9.1f} {ratio[0]:8.2f} {ratio[1]:7.2f} "
               f"{runs[0][0][2]['transition_hit_rate']:13.2f}")
-    print(f"commit {_commit(here)}{_dirty(here)} beside all @{_commit(baseline)}, run at the same time; "
+    print(f"commit {provenance.commit(here)}{provenance.dirty(here)} beside all @{base}, run at the same time; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {rounds} round(s), medians")
 
 
@@ -190,12 +196,6 @@ def _ratio(runs: list[list], base: list[list], which: int) -> float:
     """The median over rounds of a configuration's CPU seconds over ``all``'s in the same round
     (0: the fresh run, 1: the warm one): the VM's drift between rounds cancels."""
     return statistics.median(r[which]["cpu"] / b[which]["cpu"] for r, b in zip(runs, base))
-
-
-def _dirty(tree: Path) -> str:
-    done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree, capture_output=True,
-                          text=True, check=False)
-    return " + uncommitted changes" if done.stdout.strip() else ""
 
 
 if __name__ == "__main__":

@@ -47,6 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import provenance  # bench/provenance.py (this folder is on sys.path)
+
 from agent_envs.pool import EnvPool
 from agent_envs.rollout import GroupRunner
 
@@ -132,11 +134,9 @@ def main() -> None:
     ap.add_argument("--memo", action="store_true", help="leave the engine's transition memo on")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout
     print(f"# {ENV} {KWARGS}, horizon {args.steps}, random admissible actions, transition memo "
           f"{'on' if args.memo else 'off'}; {platform.node()} {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.1f}, commit {commit.strip()}, {date.today()}")
+          f"{os.getloadavg()[0]:.1f}, commit {provenance.commit(REPO)}{provenance.dirty(REPO)}, {date.today()}")
     factory = functools.partial(make_env, args.memo)
     rows: dict[str, dict[int, tuple[float, float]]] = {}
     with ExitStack() as stack:

