@@ -95,6 +95,11 @@ _OBJECT_VERBS = frozenset({"take", "put", "move", "clean", "heat", "cool", "slic
 _ENTITY = re.compile(r"([a-z][a-z ]*?)\s+\d+")
 
 
+#: Hashed features: (indices, values).  Caches hold them as tuples, which the garbage collector
+#: stops tracking, where lists of numbers stay tracked for as long as the cache keeps them.
+Hashed = tuple[tuple[int, ...], tuple[float, ...]]
+
+
 def after_argument(arg_text: str, observation_lower: str) -> str | None:
     """The observation text (400 characters) after the first mention of an action's argument
     (``None``: no argument, or the observation does not mention it): all that an action's
@@ -283,9 +288,9 @@ class Featurizer:
         self.context_words = int(context_words)
         self.roles = bool(roles)
         self._cache: dict[str, int] = {}
-        self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], tuple[tuple[int, ...], tuple[float, ...]]] = {}
-        self._head_cache: dict[tuple[Any, str], tuple[tuple[int, ...], tuple[float, ...]]] = {}
-        self._tail_cache: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._cross_cache: dict[tuple[frozenset[str], tuple[str, ...]], Hashed] = {}
+        self._head_cache: dict[tuple[Any, str], Hashed] = {}
+        self._tail_cache: dict[tuple[Any, ...], Hashed] = {}
 
     def index(self, feature: str) -> int:
         """Stable hashed index of a feature string (crc32, same in every process)."""
@@ -327,10 +332,10 @@ class Featurizer:
         scale = 1.0 / np.sqrt(len(goal_words) * len(words))
         return {f"x|{g}|{w}": scale for g in sorted(goal_words) for w in words}
 
-    def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> Hashed:
         """:meth:`_cross_features` hashed, memoised per (goal words, action words): siblings,
         updates and seeds score the same actions against the same goals again and again."""
-        def compute() -> tuple[tuple[int, ...], tuple[float, ...]]:
+        def compute() -> Hashed:
             feats = self._cross_features(goal_words, words)
             return tuple(self.index(k) for k in feats), tuple(feats.values())
 
@@ -392,10 +397,10 @@ class Featurizer:
     def _hashed_head(
         self, action: str, context: tuple[Any, ...], *, goal_words: frozenset[str], task_type: str,
         signature: str, channels: Sequence[str], observation_lower: str, graded: Sequence[str],
-    ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    ) -> Hashed:
         """The head features and crosses of ``action``, hashed; memoised per (decision
         context, action), since siblings and updates revisit the same pages."""
-        def compute() -> tuple[tuple[int, ...], tuple[float, ...]]:
+        def compute() -> Hashed:
             head, words = self._head_part(action, goal_words=goal_words, task_type=task_type, signature=signature,
                                           channels=channels, observation_lower=observation_lower, graded=graded)
             idx: list[int] = []
@@ -411,7 +416,7 @@ class Featurizer:
 
     def _hashed_tail(
         self, action: str, *, history: Sequence[str], roles: Mapping[str, Any] | None, signature: str
-    ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    ) -> Hashed:
         """:meth:`_tail_part` hashed, memoised by everything it reads: the action, the
         signature, the roles (of ``visited``, only whether it holds the action's receptacle)
         and the three repeat flags."""
@@ -423,7 +428,7 @@ class Featurizer:
         flags = (action in history, history[-1] == action, len(history) >= 2 and history[-2] == action) \
             if history else (False, False, False)
 
-        def compute() -> tuple[tuple[int, ...], tuple[float, ...]]:
+        def compute() -> Hashed:
             idx: list[int] = []
             val: list[float] = []
             self._emit(self._tail_part(action, history=history, roles=roles, signature=signature), idx, val)

@@ -46,6 +46,7 @@ from cachetools import LRUCache
 from trainers.arena.policy import (
     DecisionFeatures,
     Featurizer,
+    Hashed,
     _content,
     _entities,
     _goal_words,
@@ -102,8 +103,8 @@ class TextFeaturizer:
             raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
         self._hash = Featurizer(dim, crosses=crosses, context_words=context_words, roles=False)
         self.dim, self.history_length = self._hash.dim, history_length
-        self._head_cache: dict[tuple[str, str, str | None], tuple[tuple[int, ...], tuple[float, ...]]] = {}
-        self._tail_cache: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._head_cache: dict[tuple[str, str, str | None], Hashed] = {}
+        self._tail_cache: dict[tuple[Any, ...], Hashed] = {}
         self._decisions: LRUCache = LRUCache(maxsize=_DECISIONS)
 
     def turn_decision(self, turn: Any, *, goal: str, actions: Sequence[str], task: Mapping[str, Any] | None = None,
@@ -168,7 +169,7 @@ class TextFeaturizer:
         return DecisionFeatures(actions=tuple(actions), indices=np.asarray(idx, dtype=np.int64),
                                 values=np.asarray(val, dtype=np.float64), owner=np.asarray(own, dtype=np.int64))
 
-    def _head(self, action: str, goal_words: frozenset[str], obs: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    def _head(self, action: str, goal_words: frozenset[str], obs: str) -> Hashed:
         """Verb, goal-overlap and context features and the crosses, hashed."""
         feats, words = self._hash._head_part(action, goal_words=goal_words, task_type="-", signature="-",
                                              channels=(), observation_lower=obs, graded=())
@@ -183,7 +184,7 @@ class TextFeaturizer:
         return tuple(idx), tuple(val)
 
     def _tail(self, action: str, state: tuple[str, str, str], visited: bool,
-              repeats: tuple[bool, bool]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+              repeats: tuple[bool, bool]) -> Hashed:
         """Text roles, where goal things lie, recent visits and repeats (whether the action is the
         last / the one before), what just happened; hashed."""
         goal, hand, outcome = state
