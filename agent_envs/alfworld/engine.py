@@ -1404,19 +1404,16 @@ class _Restoring:
         s["_last_action"] = self._last_action
         if self.use_memo:
             applicable = self._applicable()
-            ids = tuple(op_id for op_id, _ in applicable)
+            ids, actions = tuple(op_id for op_id, _ in applicable), _Actions(applicable, initial.action_templates)
         else:
             actions = list(self._pddl_state.all_applicable_actions())
             ids = tuple(a.id for a in actions)
+            for action, template in zip(actions, initial.action_templates):
+                action.command_template = template
         if ids != initial.action_ids:  # pragma: no cover - defensive
             logger.warning("initial operators changed between resets; deriving texts again")
             self._gather_infos()
             return
-        if self.use_memo:
-            actions = _Actions(applicable, initial.action_templates)
-        else:
-            for action, template in zip(actions, initial.action_templates):
-                action.command_template = template
         s["_valid_actions"] = actions
         s["_valid_commands"] = list(initial.valid_commands)
         s["admissible_commands"] = list(initial.admissible_commands)
