@@ -40,8 +40,8 @@ outputs are identical under different ``PYTHONHASHSEED`` values).  Siblings, upd
 and methods of an RL comparison revisit the same (game, state) pairs again and again, and
 different action histories converge on the same state ("look", "examine" and opening then
 closing change nothing; "go to" forgets the way).  So each step is looked up in one
-process-wide :class:`TransitionMemo` keyed by ``(game, digest of the sorted facts,
-command)``; a hit returns the stored state without touching the engine, and the engine
+process-wide :class:`TransitionMemo` keyed by ``(game, digest of the fact state,
+command)`` (the digest of the facts' numbers in the game's :class:`_FactTable`, sorted); a hit returns the stored state without touching the engine, and the engine
 *lags*: it is brought to the current state (restore the initial state, then apply the
 recorded operators — C calls, no text derivation) only when a step misses.  Tested equal to
 direct play, step by step, on thousands of random steps (``tests/test_alfworld_transitions.py``).
@@ -79,13 +79,15 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
 import sys
 import threading
+from array import array
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,7 +104,6 @@ __all__ = [
     "derivation_inputs",
     "derivation_reads",
     "engine_infos",
-    "facts_digest",
     "game_logic",
     "make_engine",
     "make_raw_engine",
@@ -526,19 +527,6 @@ class _InitialTexts:
     digest: str
 
 
-def facts_digest(facts: Any) -> str:
-    """sha1 of a fact state: its propositions' texts, sorted (order and path independent).
-
-    The texts come from a process-wide table (a proposition's ``str`` is a Python format of
-    its arguments, ~1.5 µs, and a state holds hundreds that recur from state to state)."""
-    facts = list(facts)
-    out = list(map(_fact_texts.get, facts))  # the table's texts (a C loop), then the ones it lacks
-    if None in out:
-        out = [_fact_text(fact) for fact in facts]
-    out.sort()
-    return hashlib.sha1("\n".join(out).encode("utf-8")).hexdigest()
-
-
 def _fact_text(fact: Any) -> str:
     """``str(fact)``, from the process-wide table."""
     text = _fact_texts.get(fact)
@@ -582,7 +570,9 @@ class _FactTable:
     an object the garbage collector stops tracking, where a list of some 180 propositions is
     one that every full collection traverses reference by reference (for a memo of thousands
     of transitions, most of a collection's work).  A game has a few thousand distinct facts,
-    so the table stays small; equal propositions share one entry.
+    so the table stays small; equal propositions share one entry.  The numbers also name a
+    fact state (:meth:`digest`: the transition memo's key), without formatting and sorting
+    the texts of its propositions.
 
     Example:
         >>> table = _FactTable()
@@ -590,11 +580,17 @@ class _FactTable:
         ((0, 1), (1,))
         >>> table.decode(ids)
         ['at a', 'at b']
+        >>> table.digest(ids) == table.digest(table.encode(["at b", "at a"])) != table.digest((1,))
+        True
     """
+
+    _serials = itertools.count()
 
     def __init__(self) -> None:
         self._facts: list[Any] = []
         self._ids: dict[Any, int] = {}
+        #: distinguishes this table's digests from another table's (which numbers facts otherwise)
+        self._serial = next(_FactTable._serials).to_bytes(8, "little")
 
     def encode(self, facts: Sequence[Any]) -> tuple[int, ...]:
         """The numbers of ``facts``, in order (new facts get the next numbers)."""
@@ -615,6 +611,11 @@ class _FactTable:
         """The facts of ``ids``, as a new list."""
         return list(map(self._facts.__getitem__, ids))
 
+    def digest(self, ids: Sequence[int]) -> str:
+        """sha1 of the fact state ``ids`` numbers (order independent; the table's own: two
+        tables number facts differently, so a digest never names a state of another table)."""
+        return hashlib.sha1(self._serial + array("I", sorted(ids)).tobytes()).hexdigest()
+
 
 #: The game state's lists of texts, kept in the memo as tuples (which the collector stops tracking).
 _TEXT_LISTS = ("command_templates", "_valid_commands", "admissible_commands")
@@ -634,11 +635,13 @@ class _Transition:
     digest: str
 
     @classmethod
-    def of(cls, state: Mapping[str, Any], table: _FactTable, op: int | None, digest: str) -> _Transition:
-        """The transition that produced ``state`` (as ``PddlEnv.step`` returned it)."""
+    def of(cls, state: Mapping[str, Any], table: _FactTable, op: int | None, digest: str | None) -> _Transition:
+        """The transition that produced ``state`` (as ``PddlEnv.step`` returned it); the digest
+        of its facts is computed when ``digest`` is ``None``."""
         kept = {k: tuple(v) if k in _TEXT_LISTS else v for k, v in state.items()
                 if k not in ("_valid_actions", "_entity_infos", "_facts")}
-        return cls(kept, table.encode(state["_facts"]), table, op, digest)
+        facts = table.encode(state["_facts"])
+        return cls(kept, facts, table, op, table.digest(facts) if digest is None else digest)
 
     def game_state(self) -> dict[str, Any]:
         """The game state as ``PddlEnv.step`` returned it (new lists; the operator objects left out)."""
@@ -836,25 +839,36 @@ class _MemoGrammar:
         deriving many templates in one state compute each part of the key once.
         """
         context = context or {}
-        state = context.get("state")
+        if mapping_key is None and context.get("state") is not None:
+            mapping_key = _mapping_key(context.get("mapping", {}))
+        key = self.key(start, context.get("state"), mapping_key, read)
+        return self.derive_keyed(start, key, lambda: context)
+
+    def key(self, start: str, state: Any, mapping_key: frozenset[Any], read: dict[Any, Any] | None) -> Any:
+        """The memo key of deriving ``start`` in ``state`` with the mapping ``mapping_key``
+        (``None``: not memoised, when there is no state, the memo is off or the template's reads
+        are unknown); ``read`` as :meth:`derive`'s."""
         if state is None or not _transitions.enabled:
-            return self._grammar.derive(start, context)
+            return None
         reads = self._reads(start, state)
         if reads is None:
-            return self._grammar.derive(start, context)
+            return None
         inputs = reads[0].predicates
         facts = read.get(inputs) if read is not None else None
         if facts is None:
             facts = _fact_texts_of(state, inputs)
             if read is not None:
                 read[inputs] = facts
-        if mapping_key is None:
-            mapping_key = _mapping_key(context.get("mapping", {}))
-        key = (self._game, start, _narrowed(reads, mapping_key, state, read), facts)
-        text = _lru_lookup(_derived, key)
+        return (self._game, start, _narrowed(reads, mapping_key, state, read), facts)
+
+    def derive_keyed(self, start: str, key: Any, context: Callable[[], Mapping[str, Any]]) -> str:
+        """The text of ``start`` stored under ``key`` (:meth:`key`), else derived in the context
+        ``context()`` returns (built only then: most derivations are found) and stored."""
+        text = None if key is None else _lru_lookup(_derived, key)
         if text is None:
-            text = self._grammar.derive(start, context)
-            _lru_store(_derived, key, text)
+            text = self._grammar.derive(start, context())
+            if key is not None:
+                _lru_store(_derived, key, text)
         return text
 
     def _reads(self, start: str, state: Any) -> tuple[_Reads, Any] | None:
@@ -1193,7 +1207,7 @@ class _Restoring:
         initial = self._initial_texts
         texts_key = None
         if initial is None:
-            texts_key = self._initial_texts_key()
+            texts_key = self._memo_game
             initial = self._initial_texts = _lru_get(_texts_cache, texts_key)
         if initial is None:
             self._derive_initial_texts(texts_key)
@@ -1225,8 +1239,7 @@ class _Restoring:
             self._catch_up()
             state, _score, _done = super().step(command)
             op = None if self._last_action is None else int(self._last_action.id)
-            digest = self._digest if op is None else facts_digest(state["_facts"])
-            hit = _Transition.of(state, self._game_constants().facts, op, digest)
+            hit = _Transition.of(state, self._game_constants().facts, op, self._digest if op is None else None)
             _transitions.put(key, hit)
             self._real_path = self._path + ((op,) if op is not None else ())
         else:
@@ -1293,9 +1306,12 @@ class _Restoring:
         templates = []
         for _, spec in applicable:
             # the grammar copies the context's mapping before a query extends it: one per spec serves
-            context = {"state": pddl, "facts": facts, "variables": {ph: infos[var] for ph, var in spec.variables},
-                       "mapping": spec.mapping_dict, "entity_infos": infos}
-            template = grammar.derive(spec.command_template, context, mapping_key=spec.mapping_key, read=read)
+            def context(spec: _ActionSpec = spec) -> dict[str, Any]:
+                return {"state": pddl, "facts": facts, "variables": {ph: infos[var] for ph, var in spec.variables},
+                        "mapping": spec.mapping_dict, "entity_infos": infos}
+
+            key = grammar.key(spec.command_template, pddl, spec.mapping_key, read)
+            template = grammar.derive_keyed(spec.command_template, key, context)
             templates.append(template)
             commands.append(template.format(**game.names))
         s["_valid_actions"] = _Actions(applicable, templates)
@@ -1356,10 +1372,12 @@ class _Restoring:
         """Key of the initial texts, shared by every engine of the process playing this game
         with the same names."""
         names = sorted((k, str(info.name)) for k, info in self._entity_infos.items())
-        return _cache_key(
-            json.dumps([self._game_data["pddl_domain"], self._game_data["grammar"]]),
-            json.dumps([self._game_data["pddl_problem"], names]),
-        )
+        data = self._game_data
+        h = hashlib.sha1()
+        for part in (data["pddl_domain"], data["grammar"], data["pddl_problem"], json.dumps(names)):
+            raw = part.encode("utf-8")
+            h.update(len(raw).to_bytes(8, "little") + raw)  # length-prefixed: no two splits alike
+        return h.hexdigest()
 
     def _derive_initial_texts(self, texts_key: str | None) -> None:
         """The first reset of a game: the grammar derives the initial texts (then kept)."""
@@ -1373,6 +1391,7 @@ class _Restoring:
         self.state.feedback = self._logic.grammar.derive("#intro#", context)
         self.state.raw = self.state.feedback
         self._gather_infos()
+        table = self._game_constants().facts
         self._initial_texts = _InitialTexts(
             intro=self.state.feedback,
             command_templates=tuple(self.state["command_templates"]),
@@ -1380,7 +1399,7 @@ class _Restoring:
             action_templates=tuple(a.command_template for a in self.state["_valid_actions"]),
             valid_commands=tuple(self.state["_valid_commands"]),
             admissible_commands=tuple(self.state["admissible_commands"]),
-            digest=facts_digest(self.state["_facts"]),
+            digest=table.digest(table.encode(self.state["_facts"])),
         )
         _lru_put(_texts_cache, texts_key, self._initial_texts)
 

@@ -6,7 +6,7 @@ admissible command, and every derivation re-parses the same template strings wit
 (``textgen._parse_and_convert`` and ``Rule.parse_conjunctive_query``), then deep-copies
 symbols together with a context that holds the whole PDDL state (``Symbol.copy``).
 
-:func:`enable` patches four pure spots, process-wide:
+:func:`enable` patches six pure spots, process-wide:
 
 * ``textgen._parse_and_convert`` — memoised by its arguments; each call gets a fresh copy of
   the cached, context-free parse (unpickled from the bytes kept: callers mutate the symbols
@@ -20,6 +20,12 @@ symbols together with a context that holds the whole PDDL state (``Symbol.copy``
   ``textworld.logic`` placeholders/variables — are only read (the grammar's ``{...}``
   expressions read attributes such as ``o.name``), so sharing them gives the same texts.
   Deep-copying them was about 60 % of a patched step.
+* ``ContextSensitiveGrammar.replace`` — the rule chosen is the first whose condition holds,
+  as upstream's (which tests every rule's condition, then takes the first); its right-hand
+  side is copied from pickled bytes kept per rule (as the parses) instead of deep-copied;
+* ``ContextSensitiveGrammar.derive`` — the same derivation stack, with its two debugging
+  flags (``TW_CSG_TRACE``, ``TW_CSG_DEBUG``) read once per derivation instead of at every
+  symbol (an environment lookup each); with either flag set, upstream's own ``derive`` runs.
 
 Outputs are unchanged (``tests/test_alfworld_fast_grammar.py`` compares whole episodes, in
 separate processes, with and without it); the first three patches make steps about 2-3x faster, the fourth
@@ -42,6 +48,7 @@ from __future__ import annotations
 import copy
 import logging
 import pickle
+import weakref
 from typing import Any
 
 __all__ = ["enable", "enabled"]
@@ -114,6 +121,60 @@ def enable() -> bool:
     tw_logic.Rule.parse_conjunctive_query = classmethod(cached_query)
     textgen.Symbol.copy = copy_without_context
     textgen.copy_context = shallow_context
+    _patch_derivation(textgen)
     _ENABLED = True
     log.info("TextWorld grammar memoisation enabled")
     return True
+
+
+def _patch_derivation(textgen: Any) -> None:
+    """Patch ``ContextSensitiveGrammar.replace`` and ``.derive`` (the module doc's last two spots)."""
+    from textworld.logic import Rule
+    from textworld.utils import check_flag
+
+    grammar_class = textgen.ContextSensitiveGrammar
+    upstream_derive = grammar_class.derive
+    rhs_bytes: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()  # rule -> its pickled rhs
+
+    def holds(rule: Any, start: Any) -> bool:
+        if not rule.condition:
+            return True
+        query = Rule.parse_conjunctive_query(rule.condition)
+        return any(True for _ in start.context["state"].all_assignments(query, start.context["mapping"]))
+
+    def replace(self: Any, start: Any) -> list[Any]:
+        rules = self._rules.get(str(start))
+        if not rules:
+            raise textgen.CSGUnknownSymbolError(start)
+        rule = next((r for r in rules if holds(r, start)), None)
+        if rule is None:
+            raise IndexError("list index out of range")  # upstream's rules[0] of no rule
+        kept = rhs_bytes.get(rule)
+        if kept is None:
+            kept = rhs_bytes[rule] = pickle.dumps(rule.rhs, protocol=pickle.HIGHEST_PROTOCOL)
+        symbols = pickle.loads(kept)
+        for symbol in symbols:
+            symbol.context = textgen.copy_context(start.context)
+        return symbols
+
+    def derive(self: Any, start: str, context: Any = {}) -> str:  # noqa: B006 - upstream's signature
+        if check_flag("TW_CSG_TRACE") or check_flag("TW_CSG_DEBUG"):
+            return upstream_derive(self, start, context)
+        stack = textgen._parse_and_convert(start, rule_name="symbols", trace=False)[::-1]
+        for symbol in stack:
+            symbol.context = textgen.copy_context(context)
+        derived = []
+        while stack:
+            symbol = stack.pop()
+            if isinstance(symbol, textgen.TerminalSymbol):
+                derived.append(symbol)
+            elif isinstance(symbol, textgen.NonterminalSymbol):
+                stack += self.replace(symbol)[::-1]
+            elif isinstance(symbol, (textgen.ConditionalSymbol, textgen.EvalSymbol, textgen.ListSymbol)):
+                stack += symbol.derive()[::-1]
+            else:
+                raise NotImplementedError(f"Unknown symbol: {type(symbol)}")
+        return "".join(map(str, derived))
+
+    grammar_class.replace = replace
+    grammar_class.derive = derive

@@ -125,11 +125,17 @@ def _memo(cache: dict[Any, Any], key: Any, limit: int, compute: Any) -> Any:
     (a memory bound: results never depend on it)."""
     hit = cache.get(key)
     if hit is None:
-        hit = compute()
-        if len(cache) > limit:
-            cache.clear()
-        cache[key] = hit
+        hit = _put(cache, key, compute(), limit)
     return hit
+
+
+def _put(cache: dict[Any, Any], key: Any, value: Any, limit: int) -> Any:
+    """``cache[key] = value`` (returned), as :func:`_memo` stores a miss: for hot loops that
+    look up first and build no ``compute`` closure on a hit."""
+    if len(cache) > limit:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -335,11 +341,12 @@ class Featurizer:
     def _hashed_crosses(self, goal_words: frozenset[str], words: tuple[str, ...]) -> Hashed:
         """:meth:`_cross_features` hashed, memoised per (goal words, action words): siblings,
         updates and seeds score the same actions against the same goals again and again."""
-        def compute() -> Hashed:
+        key = (goal_words, words)
+        hit = self._cross_cache.get(key)
+        if hit is None:
             feats = self._cross_features(goal_words, words)
-            return tuple(self.index(k) for k in feats), tuple(feats.values())
-
-        return _memo(self._cross_cache, (goal_words, words), 200_000, compute)
+            hit = _put(self._cross_cache, key, (tuple(self.index(k) for k in feats), tuple(feats.values())), 200_000)
+        return hit
 
     def _head_part(
         self,

@@ -50,8 +50,8 @@ from trainers.arena.policy import (
     _content,
     _entities,
     _goal_words,
-    _memo,
     _parse_action,
+    _put,
     _tokens,
     _verb,
     add_observation_features,
@@ -146,6 +146,7 @@ class TextFeaturizer:
         state = (goal, hand, _outcome(observation))
         last, back = (recent[-1] if recent else ""), (recent[-2] if len(recent) >= 2 else "")
         context = self._hash.context_words > 0
+        heads, tails = self._head_cache, self._tail_cache
         idx: list[int] = []
         val: list[float] = []
         own: list[int] = []
@@ -153,18 +154,22 @@ class TextFeaturizer:
             n0 = len(idx)
             # keyed by what the head reads of the observation: the text after the action's argument
             after = after_argument(_parse_action(action)[3], obs) if context else None
-            h_idx, h_val = _memo(self._head_cache, (goal, action, after), 100_000,
-                                 lambda action=action: self._head(action, goal_words, obs))
+            key = (goal, action, after)
+            head = heads.get(key)
+            if head is None:
+                head = _put(heads, key, self._head(action, goal_words, obs), 100_000)
             rec = _entities(action)[1]
             # keyed by what the tail reads: whether the action repeats the last two, not their text
             repeats = (action == last, action == back)
-            t_idx, t_val = _memo(self._tail_cache, (action, bool(rec) and rec in visited, *state, *repeats), 200_000,
-                                 lambda action=action, rec=rec, repeats=repeats: self._tail(action, state, rec in visited,
-                                                                                            repeats))
-            idx += h_idx
-            idx += t_idx
-            val += h_val
-            val += t_val
+            seen = bool(rec) and rec in visited
+            key = (action, seen, *state, *repeats)
+            tail = tails.get(key)
+            if tail is None:
+                tail = _put(tails, key, self._tail(action, state, seen, repeats), 200_000)
+            idx += head[0]
+            idx += tail[0]
+            val += head[1]
+            val += tail[1]
             own += [k] * (len(idx) - n0)
         return DecisionFeatures(actions=tuple(actions), indices=np.asarray(idx, dtype=np.int64),
                                 values=np.asarray(val, dtype=np.float64), owner=np.asarray(own, dtype=np.int64))
