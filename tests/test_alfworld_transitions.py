@@ -71,6 +71,64 @@ def test_transition_memo_plays_identical_episodes() -> None:
     assert stats["transition_hits"] > 20 and stats["transition_replayed"] > 5
 
 
+def _engine_of(env: gym.Env) -> object:
+    inner = env.unwrapped._engine
+    while hasattr(inner, "_wrapped_env"):
+        inner = inner._wrapped_env
+    return inner
+
+
+def _lock_step(tasks: list[int], steps: int, *, together: bool) -> tuple[list[list[str]], list[gym.Env]]:
+    """One environment per task, random episodes (memo off: every step runs the engine), played
+    one step each in turn (``together``) or one environment after the other."""
+    envs = [gym.make("ALFWorld-Rubric-v0", split="generated", max_steps=steps) for _ in tasks]
+    traces: list[list[str]] = [[] for _ in tasks]
+    rngs = [np.random.default_rng(k) for k in range(len(tasks))]
+    infos = []
+    for k, (env, task) in enumerate(zip(envs, tasks)):
+        obs, info = env.reset(seed=0, options={"task": task})
+        traces[k].append(_canon([obs, info]))
+        infos.append(info)
+    order = [k for _ in range(steps) for k in range(len(tasks))] if together else \
+        [k for k in range(len(tasks)) for _ in range(steps)]
+    for k in order:
+        menu = infos[k]["admissible_actions"]
+        obs, r, term, trunc, infos[k] = envs[k].step(menu[int(rngs[k].integers(len(menu)))])
+        traces[k].append(_canon([obs, r, term, trunc, infos[k]]))
+    return traces, envs
+
+
+@pytest.mark.slow
+def test_engines_sharing_a_library_play_as_engines_alone(monkeypatch) -> None:
+    from collections import OrderedDict
+
+    memo = engine.transition_memo()
+    tasks = [3, 3, 11]  # two engines of one game, one of another
+    try:
+        memo.enabled = False
+        alone, envs = _lock_step(tasks, 10, together=False)
+        for env in envs:
+            env.close()
+        together, envs = _lock_step(tasks, 10, together=True)
+        shared = _engine_of(envs[0])._glib is _engine_of(envs[1])._glib is not _engine_of(envs[2])._glib
+        for env in envs:
+            env.close()
+        # one library for the process, reloaded when its registry passes 3 states: every turn
+        # of the other game's engine takes it over, every engine rebuilds its state again and again
+        monkeypatch.setattr(engine, "_GAME_LIBS", 1)
+        monkeypatch.setattr(engine, "_game_libs", OrderedDict())
+        monkeypatch.setattr(engine._GameLib, "MAX_STATES", 3)
+        pressed, envs = _lock_step(tasks, 10, together=True)
+        generations = _engine_of(envs[0])._glib.generation
+        for env in envs:
+            env.close()
+    finally:
+        memo.enabled = True
+    assert shared and sum(map(len, alone)) > 25
+    assert together == alone
+    assert pressed == alone and generations > 10
+
+
 def test_derivation_inputs_name_what_a_template_queries() -> None:
     env = gym.make("ALFWorld-Rubric-v0", split="generated")
     env.reset(seed=0, options={"task": 0})

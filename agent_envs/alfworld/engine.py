@@ -13,8 +13,12 @@ that is about 90 % of a reset and the same output every time for a given game.  
 translation is memoised (process-wide, keyed by the domain and problem text) and a reset
 rebuilds the initial state from it:
 
-* the C library state is reloaded from the same SAS text with ``load_sas`` /
-  ``load_sas_replan`` (which is what a fresh construction does after translating);
+* the C library is put back in the initial state of the same SAS text: by the state's number
+  in the library's registry (``set_state_id``) when the library holds the task, else by
+  loading it (``load_sas`` / ``load_sas_replan``, what a fresh construction does after
+  translating).  The engines of a process that play one game share one copy of the library
+  (:class:`_GameLib`; 48 kept per process, about 3 MB each), each setting it to its own state
+  before using it, so a sibling moving to the next game seldom parses a SAS text;
 * the Python-side fact store is rebuilt by adding the same propositions in the same order as
   a fresh construction, so even the iteration order of its sets (which the text grammar's
   queries follow) is identical.
@@ -469,11 +473,12 @@ def translation_cache_clear() -> None:
 
 
 def _restored_state(downward_lib: Any, problem: str, logic: Any, tr: Translation) -> Any:
-    """A textworld ``PddlState`` in the game's initial state, built from a translation.
+    """A textworld ``PddlState`` in the game's initial state, built from a translation, on a
+    library the caller has put in that state (:meth:`_GameLib.restore_initial`).
 
     Equivalent to ``textworld.envs.pddl.logic.PddlState(downward_lib, problem, logic)`` (which
-    translates the problem again): the same attributes, the C library reloaded from the same
-    SAS text, and the same propositions added in the same order.
+    translates the problem again): the same attributes, the C library in the initial state of
+    the same SAS text, and the same propositions added in the same order.
     """
     import textworld.logic
     from textworld.envs.pddl import logic as pddl_logic
@@ -493,8 +498,6 @@ def _restored_state(downward_lib: Any, problem: str, logic: Any, tr: Translation
             logic.types.add(textworld.logic.Type(t.name, t.supertype_names))
         except ValueError:  # already known (every reset after the first)
             pass
-    downward_lib.load_sas(tr.sas_bytes)
-    downward_lib.load_sas_replan(tr.sas_replan_bytes)
     state.name2type = dict(tr.name2type)
     state.add_facts(tr.init_facts)
     current = _initial_atoms.get(tr.sas_bytes)
@@ -986,37 +989,95 @@ def transition_memo() -> TransitionMemo:
     return _transitions
 
 
-_lib_pool: list[Any] = []
+class _GameLib:
+    """A copy of fast-downward's library holding one game's SAS task, for every engine of the
+    process that plays the game.
+
+    Loading a task (``load_sas``: parsing the SAS text) was a tenth of a worker's time in an RL
+    comparison, whose sibling engines move from game to game.  The library keeps every state
+    it reaches in a registry, by number; an engine records the number of its own state and,
+    holding :attr:`lock`, puts the library back in that state (``set_state_id``) before using
+    it, so that engines of one game share one library.  :attr:`generation` changes whenever the
+    library is given a task again (another game, or the same one reloaded to empty a large
+    registry): every recorded number of an earlier generation is void, and an engine holding
+    one rebuilds its state (initial state, then its operators) as after a reset.
+    """
+
+    #: states a registry may hold before the next return to the initial state reloads the task
+    MAX_STATES = 50_000
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.lock = threading.RLock()
+        self.task: bytes | None = None  # the SAS text loaded
+        self.generation = 0
+        self.initial = 0  # number of the task's initial state
+        self.top = 0  # the largest state number an engine has left (the registry's size, near enough)
+
+    def restore_initial(self, tr: Translation, *, reload: bool = False) -> None:
+        """Put the library in ``tr``'s initial state (holding :attr:`lock`): by its number when
+        the task is loaded, else (or with ``reload``, or a full registry) by loading it."""
+        lib = self.lib
+        if reload or self.task != tr.sas_bytes or self.top > self.initial + self.MAX_STATES:
+            lib.load_sas(tr.sas_bytes)
+            lib.load_sas_replan(tr.sas_replan_bytes)
+            self.task, self.initial = tr.sas_bytes, lib.get_state_id()
+            self.top = self.initial
+            self.generation += 1
+        else:
+            lib.set_state_id(self.initial)
+            lib.get_applicable_operators_count()  # the library's applicable set, as after a load
+
+    def enter(self, state_id: int | None) -> None:
+        """Put the library in the state numbered ``state_id`` (holding :attr:`lock`)."""
+        if state_id is not None and self.lib.get_state_id() != state_id:
+            self.lib.set_state_id(state_id)
+            self.lib.get_applicable_operators_count()  # the library's applicable set of that state
 
 
-def _take_lib() -> Any:
-    """A private copy of fast-downward's shared library (a released one if available)."""
+_GAME_LIBS = 48  # libraries kept per process (about 3 MB each)
+_game_libs: OrderedDict[bytes, _GameLib] = OrderedDict()
+
+
+def _game_lib(tr: Translation) -> _GameLib:
+    """The process's library for ``tr``'s game: the one holding its task, else a new one (up to
+    ``_GAME_LIBS``), else the least recently used one (given this task on its first restore)."""
     with _cache_lock:
-        if _lib_pool:
-            return _lib_pool.pop()
-    import fast_downward
+        glib = _game_libs.get(tr.sas_bytes)
+        if glib is not None:
+            _game_libs.move_to_end(tr.sas_bytes)
+            return glib
+        if len(_game_libs) >= _GAME_LIBS:
+            _, glib = _game_libs.popitem(last=False)
+        _game_libs[tr.sas_bytes] = glib = glib or _GameLib(None)
+    if glib.lib is None:
+        import fast_downward
 
-    return fast_downward.load_lib()
-
-
-def _give_lib(lib: Any) -> None:
-    with _cache_lock:
-        _lib_pool.append(lib)
+        with glib.lock:
+            if glib.lib is None:
+                glib.lib = fast_downward.load_lib()
+    return glib
 
 
 def _apply_operator(state: Any, op: int) -> None:
     """``state.apply`` of the applicable operator with id ``op``, as after
     ``state.all_applicable_actions()`` but without building its textworld ``Action``
     objects (C calls only: ``apply`` needs only the operator table and the id)."""
+    _read_operators(state)
+    if op not in state._operators:  # pragma: no cover - defensive
+        raise RuntimeError(f"ALFWorld transition memo: operator {op} is not applicable in the replayed state")
+    state.apply(_OperatorId(op))
+
+
+def _read_operators(state: Any) -> None:
+    """Set ``state._operators`` (what ``PddlState.apply`` looks an action's operator up in) to
+    the library's applicable operators, as ``state.all_applicable_actions()`` does."""
     import fast_downward
 
     lib = state.downward_lib
     operators = (fast_downward.Operator * lib.get_applicable_operators_count())()
     lib.get_applicable_operators(operators)
     state._operators = {o.id: o for o in operators}
-    if op not in state._operators:  # pragma: no cover - defensive
-        raise RuntimeError(f"ALFWorld transition memo: operator {op} is not applicable in the replayed state")
-    state.apply(_OperatorId(op))
 
 
 @dataclass(frozen=True)
@@ -1139,14 +1200,16 @@ class _Restoring:
     _path: tuple[int, ...] = ()  # operators applied since reset (the current state)
     _real_path: tuple[int, ...] | None = ()  # operators the engine has applied (None: unknown)
     _digest = ""
+    _glib: _GameLib | None = None  # the game's library (shared, see _GameLib)
+    _glib_gen = -1  # its generation this engine's state number belongs to
+    _state_id: int | None = None  # the number of this engine's state in the library's registry
 
     def __init__(self, infos: Any = None) -> None:
-        # PddlEnv.__init__ minus the unconditional load_lib(): a released copy of the
-        # library is reused when there is one (every state construction reloads it).
+        # PddlEnv.__init__ minus load_lib(): the library is the game's, shared (_GameLib)
         import textworld
 
         textworld.Environment.__init__(self, infos)
-        self.downward_lib = _take_lib()
+        self.downward_lib = None
 
     def load(self, filename_or_data: str | Path | Mapping[str, Any]) -> None:
         if isinstance(filename_or_data, Mapping):
@@ -1168,8 +1231,14 @@ class _Restoring:
         try:
             logic = game_logic(data["pddl_domain"], data["grammar"])
             translation = translate(data["pddl_domain"], data["pddl_problem"])
-            state = _restored_state(self.downward_lib, data["pddl_problem"], logic, translation)
+            glib = _game_lib(translation)
+            with glib.lock:
+                glib.restore_initial(translation, reload=self._replans(data.get("walkthrough")))
+                state = _restored_state(glib.lib, data["pddl_problem"], logic, translation)
+                self._glib, self._glib_gen, self._state_id = glib, glib.generation, glib.initial
+            self.downward_lib = glib.lib
             self._logic, self._pddl_state = logic, state
+            self._path = self._real_path = ()
             entity_infos = self._get_entity_infos()
             self._base_logic = logic
         except GameFileError:
@@ -1185,13 +1254,60 @@ class _Restoring:
         self._entity_infos = entity_infos
 
     def _initial_state(self) -> Any:
-        if self._translation is None or self._game_data is None:
+        """The game's initial state, the library put in it (call holding the library)."""
+        glib = self._glib
+        if self._translation is None or self._game_data is None or glib is None:
             raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
-        return _restored_state(
-            self.downward_lib, self._game_data["pddl_problem"], self._base_logic, self._translation
-        )
+        # a task the planner runs on is loaded afresh, as upstream does on every reset
+        glib.restore_initial(self._translation, reload=self._replans(self.walkthrough))
+        self._glib_gen = glib.generation
+        return _restored_state(glib.lib, self._game_data["pddl_problem"], self._base_logic, self._translation)
+
+    def _replans(self, walkthrough: Any) -> bool:
+        """Whether this engine runs fast-downward's planner on a game with this walkthrough
+        (oracle plans; the walkthrough, when the game has none)."""
+        infos = self.request_infos
+        return bool(infos.policy_commands or ("walkthrough" in infos.extras and not walkthrough))
+
+    @contextlib.contextmanager
+    def _lib_held(self) -> Iterator[_GameLib]:
+        """Hold the game's library, in this engine's state (see :class:`_GameLib`)."""
+        while True:
+            glib = self._glib
+            if glib is None:
+                raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
+            with glib.lock:
+                if glib.generation == self._glib_gen:
+                    glib.enter(self._state_id)
+                    try:
+                        yield glib
+                    finally:
+                        self._state_id = glib.lib.get_state_id()
+                        glib.top = max(glib.top, self._state_id)
+                    return
+            self._reattach()
+
+    def _reattach(self) -> None:
+        """The library was given a task again: take the game's library and rebuild this
+        engine's state in it (the initial state, then the operators applied since)."""
+        assert self._translation is not None and self._game_data is not None
+        glib = _game_lib(self._translation)
+        with glib.lock:
+            self._glib = glib
+            self._pddl_state = self._initial_state()
+            path = self._real_path or ()
+            for op in path:
+                _apply_operator(self._pddl_state, op)
+            _read_operators(self._pddl_state)  # the next step applies one of them
+            self._real_path = path
+            self._state_id = glib.lib.get_state_id()
+        self.downward_lib = glib.lib
 
     def reset(self) -> GameState:
+        with self._lib_held():
+            return self._reset()
+
+    def _reset(self) -> GameState:
         # Same sequence as PddlEnv.reset, with the kept grounding instead of a new one.
         from textworld.core import GameState
 
@@ -1229,15 +1345,21 @@ class _Restoring:
 
         self.__dict__.pop("_just_loaded", None)
         if not self.use_memo or not _transitions.enabled or not self._digest:
-            self._catch_up()
             self._digest = ""  # the rest of this episode runs on the engine alone
-            return super().step(command)
+            with self._lib_held():
+                self._catch_up()
+                result = super().step(command)
+            if self._last_action is not None:  # what a rebuild of this state replays (_reattach)
+                self._path += (int(self._last_action.id),)
+                self._real_path = self._path
+            return result
         key = (self._memo_game, self._digest, command.strip())
         hit = _transitions.get(key)
         if hit is None:
             _transitions.misses += 1
-            self._catch_up()
-            state, _score, _done = super().step(command)
+            with self._lib_held():
+                self._catch_up()
+                state, _score, _done = super().step(command)
             op = None if self._last_action is None else int(self._last_action.id)
             hit = _Transition.of(state, self._game_constants().facts, op, self._digest if op is None else None)
             _transitions.put(key, hit)
@@ -1442,11 +1564,10 @@ class _Restoring:
             s["policy_commands"] = self._pddl_state.replan(self._entity_infos)
 
     def close(self) -> None:
-        # The library copy is not dlclose'd (unloading it and loading another copy later
-        # crashed the process); it goes back to a pool for the next engine.
-        lib = self.__dict__.pop("downward_lib", None)
-        if lib is not None:
-            _give_lib(lib)
+        # The game's library stays with the process (it is shared, and never dlclose'd:
+        # unloading a copy and loading another later crashed the process).
+        self._glib = None
+        self.__dict__.pop("downward_lib", None)
 
 
 def _restorable_env_class() -> type:
