@@ -503,7 +503,7 @@ class ALFWorldRubricEnv(gym.Env[str, str]):
         return None
 
     def close(self) -> None:
-        """Release the engine (its private copy of fast-downward's library)."""
+        """Release the engine (the game's fast-downward library stays with the process, shared)."""
         if self._engine is not None:
             try:
                 self._engine.close()

@@ -12,8 +12,9 @@ symbols together with a context that holds the whole PDDL state (``Symbol.copy``
   the cached, context-free parse (unpickled from the bytes kept: callers mutate the symbols
   they get);
 * ``Rule.parse_conjunctive_query`` — memoised by the expression (the rule is only read);
-* ``Symbol.copy`` — deep-copies the symbol *without* its old context, which the copy
-  replaces straight away anyway;
+* ``Symbol.copy`` — copies the symbol *without* its old context, which the copy replaces
+  straight away anyway, from its pickled bytes (kept per symbol: a conditional symbol copies
+  its expression once per query match);
 * ``textgen.copy_context`` — copies a derivation context's ``variables`` and ``mapping``
   dicts instead of deep-copying them.  The derivation only ever adds keys to those dicts
   (``query`` updates them); their values — the game's ``EntityInfo`` objects and
@@ -98,10 +99,19 @@ def enable() -> bool:
             rule = queries[expr] = query(cls, expr)
         return rule
 
+    copied: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+
     def copy_without_context(self: Any, context: Any) -> Any:
+        # only ConditionalSymbol.derive copies, once per query match, its expression (which
+        # nothing mutates): pickled once, each copy unpickled (as the parses)
         saved = self.context
         self.context = {}
         try:
+            data = copied.get(self)
+            if data is None:
+                data = copied[self] = pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)
+            clone = pickle.loads(data)
+        except (pickle.PicklingError, TypeError, ValueError, AttributeError):  # unpicklable: deep-copy
             clone = copy.deepcopy(self)
         finally:
             self.context = saved

@@ -680,11 +680,27 @@ def action_noise(key: int, actions: Sequence[str]) -> np.ndarray:
         >>> bool(a[0] == b[1] and a[1] == b[0]), bool(action_noise(4, ["look"])[0] != a[0])
         (True, True)
     """
-    texts = np.array([zlib.crc32(a.encode("utf-8")) for a in actions], dtype=np.uint64)
     with np.errstate(over="ignore"):
-        h = _mix64(_mix64(np.full(len(actions), int(key) & _MASK64, dtype=np.uint64)) ^ _mix64(texts))
+        h = _mix64(_mix64(np.array([int(key) & _MASK64], dtype=np.uint64)) ^ _text_hashes(actions))
     u = ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
     return -np.log(-np.log(u))
+
+
+def _text_hashes(actions: Sequence[str]) -> np.ndarray:
+    """The mixed crc32 of each action's text (:func:`action_noise`'s per-action half), memoised
+    per action list (a decision's list recurs in every sibling and update)."""
+    key = tuple(actions)
+    hit = _TEXT_HASHES.get(key)
+    if hit is None:
+        texts = np.array([zlib.crc32(a.encode("utf-8")) for a in actions], dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            hit = _mix64(texts)
+        hit.setflags(write=False)
+        _put(_TEXT_HASHES, key, hit, 100_000)
+    return hit
+
+
+_TEXT_HASHES: dict[tuple[str, ...], np.ndarray] = {}
 
 
 class LinearSoftmaxPolicy:
