@@ -360,7 +360,7 @@ class Featurizer:
         graded: Sequence[str],
     ) -> tuple[dict[str, float], tuple[str, ...]]:
         """The history-independent features before the crosses, and the action's content words."""
-        verb, words, args, arg_text = _parse_action(action)
+        verb, words = _parse_action(action)[:2]
         hits = [w for w in words if w in goal_words]
         frac = len(hits) / len(words) if words else 0.0
         h = "1" if hits else "0"
@@ -375,14 +375,19 @@ class Featurizer:
             feats[f"ch|{ch}|{verb}|{h}"] = 1.0
         for g in graded:
             feats[f"gv|{g}|{verb}|{h}"] = 1.0
-        # Context: the argument plus the observation words that follow it.
+        if goal_words:
+            feats[f"ctx|{verb}"] = len(goal_words & self.context_of(action, observation_lower)) / len(goal_words)
+        return feats, words
+
+    def context_of(self, action: str, observation_lower: str) -> set[str]:
+        """An action's context words: its argument's, plus the first :attr:`context_words`
+        observation words after the argument's first mention."""
+        args, arg_text = _parse_action(action)[2:]
         ctx_words = set(args)
         after = after_argument(arg_text, observation_lower) if self.context_words > 0 else None
         if after is not None:
             ctx_words.update(_content(_tokens(after)[: self.context_words]))
-        if goal_words:
-            feats[f"ctx|{verb}"] = len(goal_words & ctx_words) / len(goal_words)
-        return feats, words
+        return ctx_words
 
     def _tail_part(
         self, action: str, *, history: Sequence[str], roles: Mapping[str, Any] | None, signature: str

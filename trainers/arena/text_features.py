@@ -104,6 +104,7 @@ class TextFeaturizer:
         self._hash = Featurizer(dim, crosses=crosses, context_words=context_words, roles=False)
         self.dim, self.history_length = self._hash.dim, history_length
         self._head_cache: dict[tuple[str, str, str | None], Hashed] = {}
+        self._head_by_count: dict[tuple[frozenset[str], str, int], Hashed] = {}
         self._tail_cache: dict[tuple[Any, ...], Hashed] = {}
         self._decisions: LRUCache = LRUCache(maxsize=_DECISIONS)
 
@@ -175,7 +176,16 @@ class TextFeaturizer:
                                 values=np.asarray(val, dtype=np.float64), owner=np.asarray(own, dtype=np.int64))
 
     def _head(self, action: str, goal_words: frozenset[str], obs: str) -> Hashed:
-        """Verb, goal-overlap and context features and the crosses, hashed."""
+        """Verb, goal-overlap and context features and the crosses, hashed (by the goal words,
+        the action and how many goal words its context holds: all the features read)."""
+        key = (goal_words, action, len(goal_words & self._hash.context_of(action, obs)))
+        hit = self._head_by_count.get(key)
+        if hit is None:
+            hit = _put(self._head_by_count, key, self._hashed_head(action, goal_words, obs), 100_000)
+        return hit
+
+    def _hashed_head(self, action: str, goal_words: frozenset[str], obs: str) -> Hashed:
+        """:meth:`_head` computed."""
         feats, words = self._hash._head_part(action, goal_words=goal_words, task_type="-", signature="-",
                                              channels=(), observation_lower=obs, graded=())
         head = {k: v for k, v in feats.items() if not k.startswith(("type|", "rub|"))}
