@@ -71,6 +71,23 @@ def test_a_corrupt_game_does_not_poison_the_engine(env, games: list[Path], tmp_p
         env.reset(options={"task": str(bad)})
 
 
+def test_an_engine_whose_load_failed_says_so_and_loads_again(games: list[Path], tmp_path: Path) -> None:
+    from agent_envs.alfworld import engine
+
+    eng = engine.make_engine()
+    try:
+        eng.load(str(games[0]))
+        eng.reset()
+        with pytest.raises(GameFileError):
+            eng.load(str(_corrupt_copy(games[0], tmp_path / "corrupt")))
+        with pytest.raises(RuntimeError, match="the last load failed"):
+            eng.reset()
+        eng.load(str(games[1]))
+        assert eng.reset()["admissible_commands"]
+    finally:
+        eng.close()
+
+
 def test_after_a_failed_load_step_names_the_failed_reset(env, games: list[Path], tmp_path: Path) -> None:
     env.reset(seed=0, options={"task": 0})
     bad = _corrupt_copy(games[0], tmp_path / "corrupt")

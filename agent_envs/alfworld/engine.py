@@ -1225,6 +1225,7 @@ class _Restoring:
         self._game_data = None
         self._translation = None
         self._initial_texts = None
+        self._glib = None
         self.__dict__.pop("_memo_game_key", None)
         self.__dict__.pop("_constants", None)
         self._digest = ""
@@ -1290,7 +1291,8 @@ class _Restoring:
     def _reattach(self) -> None:
         """The library was given a task again: take the game's library and rebuild this
         engine's state in it (the initial state, then the operators applied since)."""
-        assert self._translation is not None and self._game_data is not None
+        if self._translation is None or self._game_data is None:
+            raise RuntimeError("no ALFWorld game is loaded (the last load failed); load one first")
         glib = _game_lib(self._translation)
         with glib.lock:
             self._glib = glib
