@@ -71,13 +71,6 @@ def test_transition_memo_plays_identical_episodes() -> None:
     assert stats["transition_hits"] > 20 and stats["transition_replayed"] > 5
 
 
-def _engine_of(env: gym.Env) -> object:
-    inner = env.unwrapped._engine
-    while hasattr(inner, "_wrapped_env"):
-        inner = inner._wrapped_env
-    return inner
-
-
 def _lock_step(tasks: list[int], steps: int, *, together: bool) -> tuple[list[list[str]], list[gym.Env]]:
     """One environment per task, random episodes (memo off: every step runs the engine), played
     one step each in turn (``together``) or one environment after the other."""
@@ -110,7 +103,7 @@ def test_engines_sharing_a_library_play_as_engines_alone(monkeypatch) -> None:
         for env in envs:
             env.close()
         together, envs = _lock_step(tasks, 10, together=True)
-        shared = _engine_of(envs[0])._glib is _engine_of(envs[1])._glib is not _engine_of(envs[2])._glib
+        shared = _inner_engine(envs[0])._glib is _inner_engine(envs[1])._glib is not _inner_engine(envs[2])._glib
         for env in envs:
             env.close()
         # one library for the process, reloaded when its registry passes 3 states: every turn
@@ -119,7 +112,7 @@ def test_engines_sharing_a_library_play_as_engines_alone(monkeypatch) -> None:
         monkeypatch.setattr(engine, "_game_libs", OrderedDict())
         monkeypatch.setattr(engine._GameLib, "MAX_STATES", 3)
         pressed, envs = _lock_step(tasks, 10, together=True)
-        generations = _engine_of(envs[0])._glib.generation
+        generations = _inner_engine(envs[0])._glib.generation
         for env in envs:
             env.close()
     finally:
@@ -132,10 +125,7 @@ def test_engines_sharing_a_library_play_as_engines_alone(monkeypatch) -> None:
 def test_derivation_inputs_name_what_a_template_queries() -> None:
     env = gym.make("ALFWorld-Rubric-v0", split="generated")
     env.reset(seed=0, options={"task": 0})
-    inner = env.unwrapped._engine
-    while hasattr(inner, "_wrapped_env"):
-        inner = inner._wrapped_env
-    grammar = inner._logic.grammar._grammar
+    grammar = _inner_engine(env)._logic.grammar._grammar
     assert engine.derivation_inputs(grammar, "take {o} from {r}") == frozenset()
     assert engine.derivation_inputs(
         grammar, "go to [{r.name | receptacleatlocation(r:receptacle, lend:location)}]"
