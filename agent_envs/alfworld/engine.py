@@ -45,8 +45,8 @@ and methods of an RL comparison revisit the same (game, state) pairs again and a
 different action histories converge on the same state ("look", "examine" and opening then
 closing change nothing; "go to" forgets the way).  So each step is looked up in one
 process-wide :class:`TransitionMemo` keyed by ``(game, digest of the fact state,
-command)`` (the digest of the facts' numbers in the game's :class:`_FactTable`, sorted); a hit returns the stored state without touching the engine, and the engine
-*lags*: it is brought to the current state (restore the initial state, then apply the
+command)`` (of the facts' numbers in the game's :class:`_FactTable`, sorted); a hit returns
+the stored state without touching the engine, and the engine *lags*: it is brought to the current state (restore the initial state, then apply the
 recorded operators — C calls, no text derivation) only when a step misses.  Tested equal to
 direct play, step by step, on thousands of random steps (``tests/test_alfworld_transitions.py``).
 
@@ -1006,8 +1006,8 @@ class _GameLib:
     #: states a registry may hold before the next return to the initial state reloads the task
     MAX_STATES = 50_000
 
-    def __init__(self, lib: Any) -> None:
-        self.lib = lib
+    def __init__(self) -> None:
+        self.lib: Any = None  # the library copy, loaded by the first _game_lib call
         self.lock = threading.RLock()
         self.task: bytes | None = None  # the SAS text loaded
         self.generation = 0
@@ -1043,13 +1043,10 @@ def _game_lib(tr: Translation) -> _GameLib:
     """The process's library for ``tr``'s game: the one holding its task, else a new one (up to
     ``_GAME_LIBS``), else the least recently used one (given this task on its first restore)."""
     with _cache_lock:
-        glib = _game_libs.get(tr.sas_bytes)
-        if glib is not None:
-            _game_libs.move_to_end(tr.sas_bytes)
-            return glib
-        if len(_game_libs) >= _GAME_LIBS:
-            _, glib = _game_libs.popitem(last=False)
-        _game_libs[tr.sas_bytes] = glib = glib or _GameLib(None)
+        glib = _game_libs.pop(tr.sas_bytes, None)
+        if glib is None and len(_game_libs) >= _GAME_LIBS:
+            glib = _game_libs.popitem(last=False)[1]
+        glib = _game_libs[tr.sas_bytes] = glib or _GameLib()  # now the most recently used
     if glib.lib is None:
         import fast_downward
 
@@ -1209,7 +1206,11 @@ class _Restoring:
         import textworld
 
         textworld.Environment.__init__(self, infos)
-        self.downward_lib = None
+
+    @property
+    def downward_lib(self) -> Any:
+        """The library this engine plays on (its game's, shared; ``None`` without a game)."""
+        return None if self._glib is None else self._glib.lib
 
     def load(self, filename_or_data: str | Path | Mapping[str, Any]) -> None:
         if isinstance(filename_or_data, Mapping):
@@ -1237,7 +1238,6 @@ class _Restoring:
                 glib.restore_initial(translation, reload=self._replans(data.get("walkthrough")))
                 state = _restored_state(glib.lib, data["pddl_problem"], logic, translation)
                 self._glib, self._glib_gen, self._state_id = glib, glib.generation, glib.initial
-            self.downward_lib = glib.lib
             self._logic, self._pddl_state = logic, state
             self._path = self._real_path = ()
             entity_infos = self._get_entity_infos()
@@ -1303,7 +1303,6 @@ class _Restoring:
             _read_operators(self._pddl_state)  # the next step applies one of them
             self._real_path = path
             self._state_id = glib.lib.get_state_id()
-        self.downward_lib = glib.lib
 
     def reset(self) -> GameState:
         with self._lib_held():
@@ -1569,7 +1568,6 @@ class _Restoring:
         # The game's library stays with the process (it is shared, and never dlclose'd:
         # unloading a copy and loading another later crashed the process).
         self._glib = None
-        self.__dict__.pop("downward_lib", None)
 
 
 def _restorable_env_class() -> type:
