@@ -6,8 +6,8 @@ Each configuration runs in a fresh process (the aids are process-wide): GRPO see
 training games, 24 validation games every 4 updates, horizon 30, warm start on 36 other
 games), then seed 1 in the same process (the steady state of a comparison's worker, whose
 caches are warm).  Printed per configuration: CPU seconds of both runs, their L5 (identical
-across configurations: the aids change time only) and the ratio to the configuration with
-every aid; with ``--rounds N`` the medians over rounds of the seconds and of the ratios, each
+across configurations: the aids change time only), the ratio to the configuration with
+every aid and the process's peak resident memory (MB, after both runs); with ``--rounds N`` the medians over rounds of the seconds and of the ratios, each
 ratio taken within its round.  ``--concurrent`` runs each configuration of this checkout at the
 same time as the baseline's ``all``, one process per core, and takes each ratio within that
 pair (a shared VM's speed drifts between minutes; two processes at once see the same drift).
@@ -52,7 +52,7 @@ from pathlib import Path
 import provenance  # bench/provenance.py (this folder is on sys.path)
 
 SCRIPT = r"""
-import json, sys, time
+import json, resource, sys, time
 try:
     from trainers.arena.config import ArenaConfig
     from trainers.arena.envs import prepare_generated_games
@@ -71,7 +71,8 @@ for seed in (0, 1):
     t = time.process_time()
     end = run_one(cfg, "grpo", seed, out)
     res.append({"cpu": time.process_time() - t, "L5": end["readouts"]["L5"]})
-res.append(engine.transition_memo().stats())
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+res.append(dict(engine.transition_memo().stats(), peak_rss_mb=peak))
 print(json.dumps(res))
 """
 
@@ -119,12 +120,12 @@ def main() -> None:
     rows = {name: _median_row(measured) for name, measured in runs.items()}
     base = rows.get("all")
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'L5 s0':>6} {'L5 s1':>6} "
-          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
+          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13} {'peak MB':>8}")
     for name, (fresh, warm, memo) in rows.items():
         ratio = (f"{_ratio(runs[name], runs['all'], 0):8.2f} {_ratio(runs[name], runs['all'], 1):7.2f}" if base
                  else f"{'':>8} {'':>7}")
         print(f"{name:<22} {fresh['cpu']:11.1f} {warm['cpu']:10.1f} {100 * fresh['L5']:6.1f} "
-              f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f}")
+              f"{100 * warm['L5']:6.1f} {ratio} {memo['transition_hit_rate']:13.2f} {memo.get('peak_rss_mb', 0):8.0f}")
     print(f"commit {provenance.commit(here)}{provenance.dirty(here)}; python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs; "
           f"{args.rounds} round(s), medians; load while measuring: {os.getloadavg()[0]:.1f}")
@@ -174,12 +175,13 @@ def _concurrent(names: list[str], here: Path, baseline: Path, rounds: int) -> No
                 print(f"round {r + 1}: {name} {pair[0][0]['cpu']:.1f} / {pair[0][1]['cpu']:.1f} CPU-s beside "
                       f"all @{base} {pair[1][0]['cpu']:.1f} / {pair[1][1]['cpu']:.1f}", flush=True)
     print(f"{'configuration':<22} {'fresh CPU-s':>11} {'warm CPU-s':>10} {'base fresh':>10} {'base warm':>9} "
-          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13}")
+          f"{'x fresh':>8} {'x warm':>7} {'memo hit rate':>13} {'peak MB':>8} {'base MB':>8}")
     for name, runs in pairs.items():
         med = [statistics.median(p[k][w]["cpu"] for p in runs) for k in (0, 1) for w in (0, 1)]
         ratio = [statistics.median(p[0][w]["cpu"] / p[1][w]["cpu"] for p in runs) for w in (0, 1)]
+        peak = [statistics.median(p[k][2]["peak_rss_mb"] for p in runs) for k in (0, 1)]
         print(f"{name:<22} {med[0]:11.1f} {med[1]:10.1f} {med[2]:10.1f} {med[3]:9.1f} {ratio[0]:8.2f} {ratio[1]:7.2f} "
-              f"{runs[0][0][2]['transition_hit_rate']:13.2f}")
+              f"{runs[0][0][2]['transition_hit_rate']:13.2f} {peak[0]:8.0f} {peak[1]:8.0f}")
     print(f"commit {provenance.commit(here)}{provenance.dirty(here)} beside all @{base}, run at the same time; "
           f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {rounds} round(s), medians")
 
