@@ -17,8 +17,9 @@ rebuilds the initial state from it:
   in the library's registry (``set_state_id``) when the library holds the task, else by
   loading it (``load_sas`` / ``load_sas_replan``, what a fresh construction does after
   translating).  The engines of a process that play one game share one copy of the library
-  (:class:`_GameLib`; 48 kept per process, about 3 MB each), each setting it to its own state
-  before using it, so a sibling moving to the next game seldom parses a SAS text;
+  (:class:`_GameLib`; at most 48 per process, their memory measured in docs/arena.md), each
+  setting it to its own state before using it, so a sibling moving to the next game seldom
+  parses a SAS text;
 * the Python-side fact store is rebuilt by adding the same propositions in the same order as
   a fresh construction, so even the iteration order of its sets (which the text grammar's
   queries follow) is identical.
@@ -1035,7 +1036,7 @@ class _GameLib:
             self.lib.get_applicable_operators_count()  # the library's applicable set of that state
 
 
-_GAME_LIBS = 48  # libraries kept per process (about 3 MB each)
+_GAME_LIBS = 48  # libraries kept per process
 _game_libs: OrderedDict[bytes, _GameLib] = OrderedDict()
 
 
